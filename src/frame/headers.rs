@@ -1,0 +1,344 @@
+//! HTTP headers as the protocol carries them: ordered `[name, value]` pairs,
+//! repeats allowed, values as Latin-1 strings.
+
+use super::HeaderError;
+
+/// Whether `b` is an HTTP token character (RFC 9110 `tchar`).
+pub(crate) fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Whether `s` is a non-empty HTTP token (a valid method or header name).
+pub fn is_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(is_tchar)
+}
+
+fn check_value(value: &str, index: usize) -> Result<(), HeaderError> {
+    for c in value.chars() {
+        if c > '\u{ff}' {
+            return Err(HeaderError::NotLatin1 { index });
+        }
+        if matches!(c, '\r' | '\n' | '\0') {
+            return Err(HeaderError::ForbiddenChar { index });
+        }
+    }
+    Ok(())
+}
+
+/// Checks one header pair: the name is a token, the value is Latin-1 without
+/// CR, LF or NUL. `index` is only used in the error.
+pub fn check_header(name: &str, value: &str, index: usize) -> Result<(), HeaderError> {
+    if !is_token(name) {
+        return Err(HeaderError::InvalidName { index });
+    }
+    check_value(value, index)
+}
+
+/// Decodes raw header bytes as Latin-1: each byte becomes the char of the same value.
+pub fn latin1_to_string(bytes: &[u8]) -> String {
+    bytes.iter().map(|&b| char::from(b)).collect()
+}
+
+/// Encodes a Latin-1 string back to bytes, or `None` if a char is above U+00FF.
+pub fn string_to_latin1(s: &str) -> Option<Vec<u8>> {
+    s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
+}
+
+/// The hop-by-hop headers a relay never forwards (compared case-insensitively;
+/// every `Proxy-*` header is hop-by-hop too).
+pub const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+    "trailer",
+];
+
+/// An ordered list of header pairs whose every name is an HTTP token and whose
+/// every value is Latin-1 without CR, LF or NUL.
+///
+/// The invariant is kept by every constructor, so a `Headers` can be written to
+/// an HTTP message without risk of header injection.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(transparent)]
+pub struct Headers(Vec<(String, String)>);
+
+impl Headers {
+    /// An empty list.
+    pub fn new() -> Headers {
+        Headers(Vec::new())
+    }
+
+    /// Builds a list from pairs, validating each.
+    pub fn try_from_pairs<I, N, V>(pairs: I) -> Result<Headers, HeaderError>
+    where
+        I: IntoIterator<Item = (N, V)>,
+        N: Into<String>,
+        V: Into<String>,
+    {
+        let mut h = Headers::new();
+        for (n, v) in pairs {
+            h.try_push(n, v)?;
+        }
+        Ok(h)
+    }
+
+    /// Builds a list from raw bytes (as an HTTP library holds them), decoding
+    /// values as Latin-1. Names must be tokens; values must not hold CR, LF or NUL.
+    pub fn try_from_raw<'a, I>(pairs: I) -> Result<Headers, HeaderError>
+    where
+        I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    {
+        let mut h = Headers::new();
+        for (n, v) in pairs {
+            let index = h.len();
+            let name = std::str::from_utf8(n).map_err(|_| HeaderError::InvalidName { index })?;
+            h.try_push(name, latin1_to_string(v))?;
+        }
+        Ok(h)
+    }
+
+    /// Appends one pair after validating it.
+    pub fn try_push(
+        &mut self,
+        name: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Result<(), HeaderError> {
+        let (name, value) = (name.into(), value.into());
+        check_header(&name, &value, self.0.len())?;
+        self.0.push((name, value));
+        Ok(())
+    }
+
+    /// Number of pairs.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The pairs in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    /// The pairs in order as raw bytes (values encoded back to Latin-1).
+    pub fn iter_raw(&self) -> impl Iterator<Item = (&[u8], Vec<u8>)> {
+        self.0.iter().map(|(n, v)| {
+            let value = string_to_latin1(v).expect("Headers holds only Latin-1 values");
+            (n.as_bytes(), value)
+        })
+    }
+
+    /// The first value of the header `name` (case-insensitive).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of the header `name` (case-insensitive), in order.
+    pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    /// Removes every header named `name` (case-insensitive).
+    pub fn remove(&mut self, name: &str) {
+        self.0.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    }
+
+    /// The Content-Length, if any. Several values (repeated headers or a comma
+    /// list) are accepted only if they all agree; a value that is not a decimal
+    /// number is an error.
+    pub fn content_length(&self) -> Result<Option<u64>, HeaderError> {
+        let mut found: Option<u64> = None;
+        for value in self.get_all("content-length") {
+            for part in value.split(',') {
+                let part = part.trim_matches(|c| c == ' ' || c == '\t');
+                if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(HeaderError::InvalidContentLength);
+                }
+                let n: u64 = part
+                    .parse()
+                    .map_err(|_| HeaderError::InvalidContentLength)?;
+                match found {
+                    Some(prev) if prev != n => return Err(HeaderError::InvalidContentLength),
+                    _ => found = Some(n),
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Whether `name` is hop-by-hop: one of [`HOP_BY_HOP`], any `Proxy-*`, or a
+    /// name listed in one of this list's `Connection` headers.
+    pub fn is_hop_by_hop(&self, name: &str) -> bool {
+        is_hop_by_hop_name(name)
+            || self
+                .get_all("connection")
+                .flat_map(|v| v.split(','))
+                .any(|t| t.trim().eq_ignore_ascii_case(name))
+    }
+
+    /// This list minus hop-by-hop headers (see [`Headers::is_hop_by_hop`]).
+    pub fn without_hop_by_hop(&self) -> Headers {
+        Headers(
+            self.0
+                .iter()
+                .filter(|(n, _)| !self.is_hop_by_hop(n))
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// The pairs, consuming the list.
+    pub fn into_vec(self) -> Vec<(String, String)> {
+        self.0
+    }
+}
+
+/// Whether a header name is hop-by-hop by itself (not counting `Connection` tokens).
+pub fn is_hop_by_hop_name(name: &str) -> bool {
+    HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+        || name
+            .get(..6)
+            .is_some_and(|p| p.eq_ignore_ascii_case("proxy-"))
+}
+
+impl TryFrom<Vec<(String, String)>> for Headers {
+    type Error = HeaderError;
+    fn try_from(v: Vec<(String, String)>) -> Result<Headers, HeaderError> {
+        for (i, (n, val)) in v.iter().enumerate() {
+            check_header(n, val, i)?;
+        }
+        Ok(Headers(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(pairs: &[(&str, &str)]) -> Headers {
+        Headers::try_from_pairs(pairs.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn tokens() {
+        assert!(is_token("content-type"));
+        assert!(is_token("X_Weird!#$%&'*+.^`|~9"));
+        assert!(!is_token(""));
+        assert!(!is_token("bad name"));
+        assert!(!is_token("bad:name"));
+        assert!(!is_token("naïve"));
+    }
+
+    #[test]
+    fn values_must_be_latin1_without_crlf_nul() {
+        let mut hs = Headers::new();
+        assert_eq!(hs.try_push("a", "caf\u{e9}"), Ok(()));
+        assert_eq!(hs.try_push("b", "tab\tok"), Ok(()));
+        assert_eq!(
+            hs.try_push("c", "\u{100}"),
+            Err(HeaderError::NotLatin1 { index: 2 })
+        );
+        assert_eq!(
+            hs.try_push("c", "x\r\ny: z"),
+            Err(HeaderError::ForbiddenChar { index: 2 })
+        );
+        assert_eq!(
+            hs.try_push("c", "x\ny"),
+            Err(HeaderError::ForbiddenChar { index: 2 })
+        );
+        assert_eq!(
+            hs.try_push("c", "x\0"),
+            Err(HeaderError::ForbiddenChar { index: 2 })
+        );
+        assert_eq!(
+            hs.try_push("c d", "x"),
+            Err(HeaderError::InvalidName { index: 2 })
+        );
+        assert_eq!(hs.len(), 2);
+    }
+
+    #[test]
+    fn raw_round_trip_latin1() {
+        let raw: Vec<(&[u8], &[u8])> = vec![(b"x-a", b"\xe9t\xe9"), (b"x-b", b"plain")];
+        let hs = Headers::try_from_raw(raw.iter().copied()).unwrap();
+        assert_eq!(hs.get("X-A"), Some("\u{e9}t\u{e9}"));
+        let back: Vec<(Vec<u8>, Vec<u8>)> = hs.iter_raw().map(|(n, v)| (n.to_vec(), v)).collect();
+        assert_eq!(back[0], (b"x-a".to_vec(), b"\xe9t\xe9".to_vec()));
+        assert_eq!(back[1].1, b"plain".to_vec());
+        assert!(Headers::try_from_raw([(&b"a"[..], &b"x\r\n"[..])]).is_err());
+        assert!(Headers::try_from_raw([(&b"\xff"[..], &b"x"[..])]).is_err());
+    }
+
+    #[test]
+    fn repeats_keep_order() {
+        let hs = h(&[("set-cookie", "a"), ("x", "1"), ("Set-Cookie", "b")]);
+        assert_eq!(hs.get_all("SET-COOKIE").collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(
+            serde_json::to_string(&hs).unwrap(),
+            r#"[["set-cookie","a"],["x","1"],["Set-Cookie","b"]]"#
+        );
+    }
+
+    #[test]
+    fn hop_by_hop_filter() {
+        let hs = h(&[
+            ("Host", "x"),
+            ("Connection", "keep-alive, X-Private"),
+            ("Keep-Alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("UPGRADE", "websocket"),
+            ("te", "trailers"),
+            ("Trailer", "x"),
+            ("Proxy-Authorization", "secret"),
+            ("proxy-connection", "x"),
+            ("x-private", "1"),
+            ("Authorization", "Bearer t"),
+            ("content-length", "3"),
+        ]);
+        let kept = hs.without_hop_by_hop();
+        let names: Vec<&str> = kept.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, vec!["Host", "Authorization", "content-length"]);
+        assert!(!is_hop_by_hop_name("proxy"));
+        assert!(is_hop_by_hop_name("PROXY-x"));
+    }
+
+    #[test]
+    fn content_length() {
+        assert_eq!(h(&[]).content_length(), Ok(None));
+        assert_eq!(
+            h(&[("Content-Length", "42")]).content_length(),
+            Ok(Some(42))
+        );
+        assert_eq!(
+            h(&[("content-length", "42"), ("CONTENT-LENGTH", "42")]).content_length(),
+            Ok(Some(42))
+        );
+        assert_eq!(
+            h(&[("content-length", "42, 42")]).content_length(),
+            Ok(Some(42))
+        );
+        let bad = Err(HeaderError::InvalidContentLength);
+        assert_eq!(
+            h(&[("content-length", "42"), ("content-length", "43")]).content_length(),
+            bad
+        );
+        assert_eq!(h(&[("content-length", "4x")]).content_length(), bad);
+        assert_eq!(h(&[("content-length", "-1")]).content_length(), bad);
+        assert_eq!(h(&[("content-length", "")]).content_length(), bad);
+        assert_eq!(
+            h(&[("content-length", "99999999999999999999999")]).content_length(),
+            bad
+        );
+    }
+}

@@ -1,0 +1,77 @@
+//! The wire format: one WebSocket message at a time, no connection state.
+//!
+//! - [`Message`]: the crate's WebSocket message type.
+//! - [`ControlFrame`]: the JSON text frames `request`, `response`, `end`, `abort`.
+//! - [`Chunk`]: binary body chunks (4-byte big-endian stream id + ≤ 1 MiB body).
+//! - [`Headers`]: ordered header pairs, Latin-1 values, hop-by-hop filtering.
+//! - [`FrameError`]: what went wrong, and [`FrameError::close_code`].
+//!
+//! [`decode`] turns any message into a [`Decoded`] value.
+
+mod chunk;
+mod control;
+mod error;
+mod headers;
+mod id;
+mod limits;
+mod message;
+mod raw;
+
+pub use chunk::{encode_chunk, split_body, Chunk, SplitBody};
+pub use control::{ControlFrame, RequestHead, ResponseHead};
+pub use error::{FrameError, HeaderError, IdError};
+pub use headers::{
+    check_header, is_hop_by_hop_name, is_token, latin1_to_string, string_to_latin1, Headers,
+    HOP_BY_HOP,
+};
+pub use id::StreamId;
+pub use limits::{CHUNK_HEADER_LEN, MAX_CHUNK_BODY, MAX_MESSAGE_LEN, SUBPROTOCOL};
+pub use message::{CloseCode, CloseFrame, Message};
+
+use bytes::Bytes;
+
+/// What one data message decodes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// A control frame.
+    Control(ControlFrame),
+    /// A body chunk.
+    Chunk(Chunk),
+    /// A JSON object whose `type` this version does not know: both sides ignore it.
+    Unknown,
+}
+
+/// Decodes a text message (a JSON control frame).
+///
+/// An object with an unknown `type` is [`Decoded::Unknown`], not an error.
+pub fn decode_text(text: &str) -> Result<Decoded, FrameError> {
+    Ok(match control::decode_control(text)? {
+        Some(f) => Decoded::Control(f),
+        None => Decoded::Unknown,
+    })
+}
+
+/// Decodes a binary message (a body chunk), slicing it without copying.
+pub fn decode_binary(msg: Bytes) -> Result<Decoded, FrameError> {
+    Chunk::decode(msg).map(Decoded::Chunk)
+}
+
+/// Decodes a data message; `None` for ping, pong and close, which carry no frame.
+pub fn decode(msg: &Message) -> Option<Result<Decoded, FrameError>> {
+    match msg {
+        Message::Text(t) => Some(decode_text(t)),
+        Message::Binary(b) => Some(decode_binary(b.clone())),
+        _ => None,
+    }
+}
+
+impl Decoded {
+    /// Encodes the frame back to a message (`None` for [`Decoded::Unknown`]).
+    pub fn to_message(&self) -> Option<Message> {
+        match self {
+            Decoded::Control(c) => Some(c.to_message()),
+            Decoded::Chunk(c) => Some(c.to_message()),
+            Decoded::Unknown => None,
+        }
+    }
+}
