@@ -37,6 +37,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod connect;
 pub mod frame;
 
 pub use bytes::Bytes;

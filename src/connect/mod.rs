@@ -1,0 +1,1 @@
+//! Sans-IO pieces around a connection: handshake, reconnect backoff, keepalive, URL mapping.
