@@ -39,5 +39,6 @@
 
 pub mod connect;
 pub mod frame;
+pub mod proto;
 
 pub use bytes::Bytes;

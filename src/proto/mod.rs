@@ -1,0 +1,45 @@
+//! The sans-IO state machines: [`RelayConnection`] and [`WorkerConnection`].
+//!
+//! Each holds one connection's streams. Messages read from the socket go in
+//! through `handle_message`; the application's commands go in through
+//! methods that take a [`StreamKey`]; messages to write come out of
+//! `poll_transmit`, and news for the application out of `poll_event`.
+//! Neither does I/O, reads a clock or draws random numbers.
+//!
+//! Output order: control frames (heads, `end`, `abort`) go before body
+//! chunks, and chunks of different streams go round-robin, one chunk each,
+//! so a small request is answered while a large body is in flight.
+
+mod error;
+mod inbound;
+mod outbound;
+mod relay;
+mod stats;
+mod worker;
+
+pub use error::{HandleError, StreamError};
+pub use inbound::BodyRead;
+pub use relay::{RelayConfig, RelayConnection, RelayEnd, RelayEvent};
+pub use stats::Stats;
+pub use worker::{WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent};
+
+/// The application's handle on one stream of one connection.
+///
+/// Keys are never reused on a connection, unlike wire ids (which the relay
+/// may reuse once a stream has ended), so a late command for a finished
+/// stream can never reach a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamKey(pub(crate) u64);
+
+impl StreamKey {
+    /// The key's number (for logs).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// A key from a raw number, for tests of the "unknown key" path.
+    #[doc(hidden)]
+    pub fn from_raw_for_tests(n: u64) -> StreamKey {
+        StreamKey(n)
+    }
+}

@@ -1,0 +1,322 @@
+//! The outgoing scheduler shared by both sides: control frames first, then body
+//! chunks of different streams round-robin, with bounded queues.
+
+use super::StreamKey;
+use crate::frame::{encode_chunk, ControlFrame, Message, StreamId};
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+
+/// One stream's queued outgoing body.
+#[derive(Debug)]
+struct OutStream {
+    id: StreamId,
+    queue: VecDeque<Bytes>,
+    queued: usize,
+    end_pending: bool,
+    in_ready: bool,
+    blocked: bool,
+}
+
+/// Whether [`Outbound::abort`] sends an `abort` frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendAbort {
+    /// Send nothing (the peer ended the stream).
+    Never,
+    /// Always (the peer knows the stream).
+    Always,
+    /// Only if the stream's head went out (a relay request the worker never saw
+    /// needs no abort).
+    IfHeadSent,
+}
+
+/// What [`Outbound::poll_transmit`] produced besides the message.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Sent {
+    /// The stream whose `end` was just emitted (its output is complete).
+    pub ended: Option<StreamKey>,
+}
+
+/// A queued control message, tagged with its stream so an abort can drop it.
+#[derive(Debug)]
+struct Control {
+    msg: Message,
+    key: Option<StreamKey>,
+    ends: bool,
+}
+
+/// Control queue + per-stream body queues, drained by [`Outbound::poll_transmit`].
+#[derive(Debug)]
+pub(crate) struct Outbound {
+    control: VecDeque<Control>,
+    streams: HashMap<StreamKey, OutStream>,
+    ready: VecDeque<StreamKey>,
+    queued: usize,
+    high_water: usize,
+    stream_limit: usize,
+    conn_limit: usize,
+    chunk_size: usize,
+    writable: Vec<StreamKey>,
+}
+
+impl Outbound {
+    pub fn new(stream_limit: usize, conn_limit: usize, chunk_size: usize) -> Outbound {
+        Outbound {
+            control: VecDeque::new(),
+            streams: HashMap::new(),
+            ready: VecDeque::new(),
+            queued: 0,
+            high_water: 0,
+            stream_limit: stream_limit.max(1),
+            conn_limit: conn_limit.max(1),
+            chunk_size: chunk_size.clamp(1, crate::frame::MAX_CHUNK_BODY),
+            writable: Vec::new(),
+        }
+    }
+
+    /// Queues a control message (no stream bookkeeping).
+    pub fn push_control(&mut self, msg: Message) {
+        self.control.push_back(Control {
+            msg,
+            key: None,
+            ends: false,
+        });
+    }
+
+    /// Queues a control frame of stream `key` (a head) that an abort drops.
+    pub fn push_stream_control(&mut self, key: StreamKey, frame: &ControlFrame) {
+        self.control.push_back(Control {
+            msg: frame.to_message(),
+            key: Some(key),
+            ends: false,
+        });
+    }
+
+    /// Queues a control frame of `key` whose emission ends the stream's output.
+    fn push_end(&mut self, key: StreamKey, frame: ControlFrame) {
+        self.control.push_back(Control {
+            msg: frame.to_message(),
+            key: Some(key),
+            ends: true,
+        });
+    }
+
+    /// Registers a stream that may queue body bytes.
+    pub fn open(&mut self, key: StreamKey, id: StreamId) {
+        self.streams.insert(
+            key,
+            OutStream {
+                id,
+                queue: VecDeque::new(),
+                queued: 0,
+                end_pending: false,
+                in_ready: false,
+                blocked: false,
+            },
+        );
+    }
+
+    /// Bytes the stream may queue now.
+    pub fn capacity(&self, key: StreamKey) -> usize {
+        match self.streams.get(&key) {
+            Some(s) if !s.end_pending => (self.stream_limit.saturating_sub(s.queued))
+                .min(self.conn_limit.saturating_sub(self.queued)),
+            _ => 0,
+        }
+    }
+
+    /// Queues as much of `data` as the bounds allow (zero-copy); returns the count.
+    pub fn write(&mut self, key: StreamKey, mut data: Bytes) -> usize {
+        let cap = self.capacity(key);
+        let Some(s) = self.streams.get_mut(&key) else {
+            return 0;
+        };
+        if data.len() > cap {
+            s.blocked = true;
+            data.truncate(cap);
+        }
+        let n = data.len();
+        if n == 0 {
+            return 0;
+        }
+        s.queued += n;
+        s.queue.push_back(data);
+        if !s.in_ready {
+            s.in_ready = true;
+            self.ready.push_back(key);
+        }
+        self.queued += n;
+        self.high_water = self.high_water.max(self.queued);
+        n
+    }
+
+    /// Ends the stream's output: `end` goes out after the queued body.
+    pub fn finish(&mut self, key: StreamKey) {
+        let Some(s) = self.streams.get_mut(&key) else {
+            return;
+        };
+        s.end_pending = true;
+        if s.queue.is_empty() {
+            let id = s.id;
+            self.streams.remove(&key);
+            self.push_end(key, ControlFrame::End { id });
+        }
+    }
+
+    /// Drops everything queued for the stream (body, head, `end`) and queues
+    /// `abort` for `id` as `send_abort` says.
+    pub fn abort(&mut self, key: StreamKey, id: StreamId, send_abort: SendAbort) {
+        if let Some(s) = self.streams.remove(&key) {
+            self.queued -= s.queued;
+            if s.in_ready {
+                self.ready.retain(|k| *k != key);
+            }
+            self.wake_blocked();
+        }
+        let before = self.control.len();
+        self.control.retain(|c| c.key != Some(key) || c.ends);
+        let head_unsent = self.control.len() != before;
+        self.control.retain(|c| c.key != Some(key));
+        if send_abort == SendAbort::Always || (send_abort == SendAbort::IfHeadSent && !head_unsent)
+        {
+            self.push_end(key, ControlFrame::Abort { id });
+        }
+    }
+
+    /// Forgets every stream and everything queued (the connection is gone).
+    pub fn clear(&mut self) {
+        self.control.clear();
+        self.streams.clear();
+        self.ready.clear();
+        self.queued = 0;
+        self.writable.clear();
+    }
+
+    fn wake_blocked(&mut self) {
+        if self.queued < self.conn_limit {
+            for (k, s) in self.streams.iter_mut() {
+                if s.blocked && !s.end_pending && s.queued < self.stream_limit {
+                    s.blocked = false;
+                    self.writable.push(*k);
+                }
+            }
+        }
+    }
+
+    /// Streams that were refused bytes and may queue again.
+    pub fn take_writable(&mut self) -> Vec<StreamKey> {
+        std::mem::take(&mut self.writable)
+    }
+
+    /// Bytes queued, and their high-water mark.
+    pub fn queued(&self) -> (usize, usize) {
+        (self.queued, self.high_water)
+    }
+
+    /// The next message: control first, then one chunk of the next stream in turn.
+    pub fn poll_transmit(&mut self) -> Option<(Message, Sent)> {
+        if let Some(c) = self.control.pop_front() {
+            let ended = if c.ends { c.key } else { None };
+            return Some((c.msg, Sent { ended }));
+        }
+        let key = self.ready.pop_front()?;
+        let s = self.streams.get_mut(&key).expect("ready streams are open");
+        let front = s.queue.front_mut().expect("ready streams have data");
+        let piece = if front.len() > self.chunk_size {
+            front.split_to(self.chunk_size)
+        } else {
+            s.queue.pop_front().expect("checked")
+        };
+        let n = piece.len();
+        s.queued -= n;
+        self.queued -= n;
+        let msg = Message::Binary(encode_chunk(s.id, &piece));
+        if !s.queue.is_empty() {
+            self.ready.push_back(key);
+        } else {
+            s.in_ready = false;
+            if s.end_pending {
+                let id = s.id;
+                self.streams.remove(&key);
+                self.push_end(key, ControlFrame::End { id });
+            }
+        }
+        self.wake_blocked();
+        Some((msg, Sent::default()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{decode, Decoded};
+
+    fn id(n: u32) -> StreamId {
+        StreamId::new(n).unwrap()
+    }
+
+    fn drain(o: &mut Outbound) -> Vec<Decoded> {
+        std::iter::from_fn(|| o.poll_transmit())
+            .map(|(m, _)| decode(&m).unwrap().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn control_before_chunks_and_round_robin() {
+        let mut o = Outbound::new(1 << 20, 1 << 20, 4);
+        let (a, b) = (StreamKey(1), StreamKey(2));
+        o.open(a, id(1));
+        o.open(b, id(2));
+        assert_eq!(o.write(a, Bytes::from_static(b"aaaaaaaa")), 8);
+        assert_eq!(o.write(b, Bytes::from_static(b"bbbb")), 4);
+        o.finish(b);
+        o.push_control(ControlFrame::Abort { id: id(9) }.to_message());
+        let out = drain(&mut o);
+        let tags: Vec<String> = out
+            .iter()
+            .map(|d| match d {
+                Decoded::Control(c) => format!("{}{}", c.type_name(), c.id()),
+                Decoded::Chunk(c) => format!("chunk{}", c.id),
+                Decoded::Unknown => "?".into(),
+            })
+            .collect();
+        assert_eq!(tags, ["abort9", "chunk1", "chunk2", "end2", "chunk1"]);
+    }
+
+    #[test]
+    fn bounds_and_writable() {
+        let mut o = Outbound::new(6, 8, 4);
+        let (a, b) = (StreamKey(1), StreamKey(2));
+        o.open(a, id(1));
+        o.open(b, id(2));
+        assert_eq!(o.write(a, Bytes::from_static(b"0123456789")), 6);
+        assert_eq!(o.capacity(a), 0);
+        assert_eq!(o.capacity(b), 2);
+        assert_eq!(o.write(b, Bytes::from_static(b"xyz")), 2);
+        assert_eq!(o.queued(), (8, 8));
+        assert!(o.take_writable().is_empty());
+        o.poll_transmit().unwrap();
+        let mut w = o.take_writable();
+        w.sort();
+        assert_eq!(w, vec![a, b]);
+        assert_eq!(o.capacity(a), 4);
+    }
+
+    #[test]
+    fn abort_drops_queue_and_pending_end() {
+        let mut o = Outbound::new(100, 100, 4);
+        let a = StreamKey(1);
+        o.open(a, id(1));
+        o.write(a, Bytes::from_static(b"abcdefgh"));
+        o.abort(a, id(1), SendAbort::Always);
+        assert_eq!(o.queued().0, 0);
+        let out = drain(&mut o);
+        assert_eq!(
+            out,
+            vec![Decoded::Control(ControlFrame::Abort { id: id(1) })]
+        );
+        o.open(a, id(1));
+        o.finish(a);
+        o.abort(a, id(1), SendAbort::Never);
+        assert!(drain(&mut o).is_empty());
+    }
+}

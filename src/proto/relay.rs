@@ -1,0 +1,556 @@
+//! The relay side: turns HTTP requests into frames for the worker, and the
+//! worker's frames into responses.
+
+use super::inbound::{BodyRead, InBody};
+use super::outbound::{Outbound, SendAbort};
+use super::{HandleError, Stats, StreamError, StreamKey};
+use crate::frame::{
+    self, CloseCode, CloseFrame, ControlFrame, Decoded, FrameError, Message, RequestHead,
+    ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
+};
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+/// Bounds of a [`RelayConnection`]. Every queue is finite.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Requests in flight at once on this connection. Default 256.
+    pub max_streams: usize,
+    /// Request body bytes queued per stream before its sink is not ready.
+    /// Default 2 MiB.
+    pub max_queued_per_stream: usize,
+    /// Request body bytes queued over all streams. Default 8 MiB.
+    pub max_queued: usize,
+    /// Unread response chunks held per stream before reading pauses. Default 16.
+    pub max_unread_chunks: usize,
+    /// Unread response bytes held over all streams before reading pauses.
+    /// Default 64 MiB.
+    pub max_unread_bytes: usize,
+    /// Largest body chunk emitted. Default and maximum 1 MiB.
+    pub chunk_size: usize,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            max_streams: 256,
+            max_queued_per_stream: 2 << 20,
+            max_queued: 8 << 20,
+            max_unread_chunks: 16,
+            max_unread_bytes: 64 << 20,
+            chunk_size: MAX_CHUNK_BODY,
+        }
+    }
+}
+
+/// How a relay stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RelayEnd {
+    /// The worker's response is complete (`end` received); read the rest of its body.
+    Completed,
+    /// The worker sent `abort`.
+    WorkerAborted,
+    /// The worker broke the protocol on this stream (body or `end` before a
+    /// response, a second response); the relay sent `abort`.
+    ProtocolError,
+    /// The connection closed or was lost.
+    ConnectionLost,
+}
+
+impl RelayEnd {
+    /// Whether the caller's request failed (every end but `Completed`).
+    pub fn is_failure(self) -> bool {
+        self != RelayEnd::Completed
+    }
+}
+
+/// What a [`RelayConnection`] tells the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RelayEvent {
+    /// The worker's response head.
+    Response {
+        /// The stream.
+        key: StreamKey,
+        /// The head.
+        head: ResponseHead,
+    },
+    /// The response body has data, or its end, to read.
+    Readable {
+        /// The stream.
+        key: StreamKey,
+    },
+    /// The request body sink may take bytes again.
+    Writable {
+        /// The stream.
+        key: StreamKey,
+    },
+    /// The stream ended on the wire; exactly once per stream not aborted by
+    /// the application. Answer 502 if `!response_started && reason.is_failure()`;
+    /// end the caller's response as failed if it started and failed.
+    Ended {
+        /// The stream.
+        key: StreamKey,
+        /// Why.
+        reason: RelayEnd,
+        /// Whether the response head had arrived.
+        response_started: bool,
+    },
+}
+
+#[derive(Debug)]
+struct Stream {
+    id: StreamId,
+    /// The request direction is still ours to write.
+    writing: bool,
+    /// The stream is still in flight on the wire (its id is taken).
+    on_wire: bool,
+    response_started: bool,
+    content_length: Option<u64>,
+    sent: u64,
+    body: InBody,
+}
+
+/// The relay side of one connection. Sans-IO: see the crate docs for the run loop.
+///
+/// - Inputs: [`handle_message`](Self::handle_message), [`handle_lost`](Self::handle_lost),
+///   [`handle_timeout`](Self::handle_timeout), and the application's commands
+///   ([`open_stream`](Self::open_stream), [`send_body`](Self::send_body),
+///   [`finish`](Self::finish), [`abort`](Self::abort), [`read_body`](Self::read_body),
+///   [`close`](Self::close)).
+/// - Drains: [`poll_transmit`](Self::poll_transmit), [`poll_event`](Self::poll_event),
+///   [`poll_timeout`](Self::poll_timeout).
+/// - Getters: [`wants_read`](Self::wants_read), [`is_closed`](Self::is_closed),
+///   [`send_capacity`](Self::send_capacity), [`stats`](Self::stats).
+#[derive(Debug)]
+pub struct RelayConnection {
+    config: RelayConfig,
+    streams: HashMap<StreamKey, Stream>,
+    ids: HashMap<StreamId, StreamKey>,
+    next_key: u64,
+    next_id: StreamId,
+    out: Outbound,
+    events: VecDeque<RelayEvent>,
+    closing: Option<Message>,
+    closed: bool,
+    unread_bytes: usize,
+    stats: Stats,
+}
+
+impl Default for RelayConnection {
+    fn default() -> Self {
+        RelayConnection::new(RelayConfig::default())
+    }
+}
+
+impl RelayConnection {
+    /// A connection whose handshake has just completed.
+    pub fn new(config: RelayConfig) -> RelayConnection {
+        let out = Outbound::new(
+            config.max_queued_per_stream,
+            config.max_queued,
+            config.chunk_size,
+        );
+        RelayConnection {
+            config,
+            streams: HashMap::new(),
+            ids: HashMap::new(),
+            next_key: 1,
+            next_id: StreamId::MIN,
+            out,
+            events: VecDeque::new(),
+            closing: None,
+            closed: false,
+            unread_bytes: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    // ----- getters -----
+
+    /// Whether the driver may read the next message from the socket: false
+    /// while a response body holds `max_unread_chunks` unread chunks (or all
+    /// hold `max_unread_bytes`), and after the connection closed.
+    pub fn wants_read(&self) -> bool {
+        !self.closed
+            && self.unread_bytes < self.config.max_unread_bytes
+            && self
+                .streams
+                .values()
+                .all(|s| s.body.chunks() < self.config.max_unread_chunks)
+    }
+
+    /// Whether the connection is closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Request body bytes `send_body` would take now.
+    pub fn send_capacity(&self, key: StreamKey) -> usize {
+        self.out.capacity(key)
+    }
+
+    /// The wire id of a stream still in flight.
+    pub fn stream_id(&self, key: StreamKey) -> Option<StreamId> {
+        self.streams.get(&key).filter(|s| s.on_wire).map(|s| s.id)
+    }
+
+    /// Streams the application holds (in flight, or ended with body unread).
+    pub fn open_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// The connection's counters.
+    pub fn stats(&self) -> Stats {
+        let (q, qmax) = self.out.queued();
+        Stats {
+            streams_open: self.streams.len() as u64,
+            body_buffered_in: self.unread_bytes as u64,
+            body_queued_out: q as u64,
+            body_queued_out_max: qmax as u64,
+            ..self.stats
+        }
+    }
+
+    /// Bounds in force.
+    pub fn config(&self) -> &RelayConfig {
+        &self.config
+    }
+
+    // ----- inputs -----
+
+    /// Feeds one message read from the socket.
+    ///
+    /// Malformed frames, frames of unknown type and frames for a stream not in
+    /// flight are ignored. A message over 1 MiB + 4 bytes closes the
+    /// connection with 1009.
+    pub fn handle_message(&mut self, msg: Message, _now: Instant) -> Result<(), HandleError> {
+        if self.closed {
+            return Ok(());
+        }
+        if msg.is_data() && !self.wants_read() {
+            return Err(HandleError::ReadPaused);
+        }
+        if msg.is_data() {
+            self.stats.bytes_in += msg.len() as u64;
+        }
+        let decoded = match msg {
+            Message::Close(_) => {
+                self.lose();
+                return Ok(());
+            }
+            Message::Ping(_) | Message::Pong(_) => return Ok(()),
+            Message::Text(t) => frame::decode_text(&t),
+            Message::Binary(b) => frame::decode_binary(b),
+        };
+        match decoded {
+            Ok(Decoded::Control(c)) => self.on_control(c),
+            Ok(Decoded::Chunk(c)) => self.on_chunk(c.id, c.data),
+            Ok(Decoded::Unknown) => self.stats.messages_ignored += 1,
+            Err(e @ FrameError::TooLarge { .. }) => {
+                self.close_with(e.close_code(), "message too big")
+            }
+            Err(_) => self.stats.messages_ignored += 1,
+        }
+        Ok(())
+    }
+
+    /// The socket is gone: every stream in flight ends with
+    /// [`RelayEnd::ConnectionLost`].
+    pub fn handle_lost(&mut self) {
+        self.lose();
+    }
+
+    /// Advances time (no timers of its own yet: a no-op).
+    pub fn handle_timeout(&mut self, _now: Instant) {}
+
+    // ----- application commands -----
+
+    /// Opens a stream for an HTTP request: picks its id, strips hop-by-hop
+    /// headers and queues the `request` frame. Send the body with
+    /// [`send_body`](Self::send_body) and end it with [`finish`](Self::finish)
+    /// (a request without a body: `finish` at once).
+    pub fn open_stream(&mut self, mut head: RequestHead) -> Result<StreamKey, StreamError> {
+        if self.closed {
+            return Err(StreamError::ConnectionClosed);
+        }
+        if self.streams.len() >= self.config.max_streams {
+            return Err(StreamError::TooManyStreams {
+                limit: self.config.max_streams,
+            });
+        }
+        let filtered = head.headers().without_hop_by_hop();
+        *head.headers_mut() = filtered;
+        let content_length = head
+            .headers()
+            .content_length()
+            .map_err(|_| StreamError::InvalidContentLength)?;
+        let id = self.alloc_id();
+        let frame = ControlFrame::Request { id, head };
+        let len = frame.encode().len();
+        if len > MAX_MESSAGE_LEN {
+            return Err(FrameError::TooLarge {
+                len,
+                limit: MAX_MESSAGE_LEN,
+            }
+            .into());
+        }
+        let key = StreamKey(self.next_key);
+        self.next_key += 1;
+        self.next_id = id.next_wrapping();
+        self.ids.insert(id, key);
+        self.streams.insert(
+            key,
+            Stream {
+                id,
+                writing: true,
+                on_wire: true,
+                response_started: false,
+                content_length,
+                sent: 0,
+                body: InBody::new(),
+            },
+        );
+        self.out.push_stream_control(key, &frame);
+        self.out.open(key, id);
+        self.stats.streams_opened += 1;
+        Ok(key)
+    }
+
+    /// Queues request body bytes; returns how many were taken (zero-copy), 0
+    /// when the queue is full: wait for [`RelayEvent::Writable`]. After the
+    /// worker's response has ended, bytes are swallowed (never sent).
+    pub fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, StreamError> {
+        let len = data.len();
+        let Some(s) = self.stream_mut(key)? else {
+            return Ok(len);
+        };
+        if !s.on_wire {
+            return Ok(len);
+        }
+        if !s.writing {
+            return Err(StreamError::AlreadyFinished);
+        }
+        if let Some(limit) = s.content_length {
+            if s.sent + len as u64 > limit {
+                return Err(StreamError::ContentLengthExceeded { limit });
+            }
+        }
+        let n = self.out.write(key, data);
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.sent += n as u64;
+        }
+        Ok(n)
+    }
+
+    /// Ends the request body: `end` goes out after what is queued. A body
+    /// shorter than its Content-Length aborts the stream instead.
+    pub fn finish(&mut self, key: StreamKey) -> Result<(), StreamError> {
+        let Some(s) = self.stream_mut(key)? else {
+            return Ok(());
+        };
+        if !s.on_wire {
+            return Ok(());
+        }
+        if !s.writing {
+            return Err(StreamError::AlreadyFinished);
+        }
+        if let Some(expected) = s.content_length.filter(|&cl| s.sent < cl) {
+            let sent = s.sent;
+            self.abort(key);
+            return Err(StreamError::ContentLengthShort { expected, sent });
+        }
+        s.writing = false;
+        self.out.finish(key);
+        Ok(())
+    }
+
+    /// The caller has gone: sends `abort` (if the stream is still in flight)
+    /// and forgets the stream. No event follows for it.
+    pub fn abort(&mut self, key: StreamKey) {
+        let Some(s) = self.streams.remove(&key) else {
+            return;
+        };
+        self.unread_bytes -= s.body.bytes();
+        if s.on_wire {
+            self.ids.remove(&s.id);
+            self.out.abort(key, s.id, SendAbort::IfHeadSent);
+            self.stats.streams_closed += 1;
+        }
+    }
+
+    /// Reads the next piece of the response body. After `End` or `Gone` the
+    /// stream is forgotten.
+    pub fn read_body(&mut self, key: StreamKey) -> BodyRead {
+        let Some(s) = self.streams.get_mut(&key) else {
+            return BodyRead::Gone;
+        };
+        let r = s.body.read();
+        match &r {
+            BodyRead::Data(d) => self.unread_bytes -= d.len(),
+            BodyRead::End | BodyRead::Gone if !s.on_wire => {
+                self.streams.remove(&key);
+            }
+            _ => {}
+        }
+        r
+    }
+
+    /// Closes the connection with `code`; every stream in flight ends with
+    /// [`RelayEnd::ConnectionLost`].
+    pub fn close(&mut self, code: CloseCode, reason: &str) {
+        self.close_with(code, reason);
+    }
+
+    // ----- drains -----
+
+    /// The next message to write to the socket.
+    pub fn poll_transmit(&mut self) -> Option<Message> {
+        if let Some(m) = self.closing.take() {
+            return Some(m);
+        }
+        if self.closed {
+            return None;
+        }
+        let (msg, _sent) = self.out.poll_transmit()?;
+        self.stats.bytes_out += msg.len() as u64;
+        for key in self.out.take_writable() {
+            self.events.push_back(RelayEvent::Writable { key });
+        }
+        Some(msg)
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<RelayEvent> {
+        self.events.pop_front()
+    }
+
+    /// When `handle_timeout` wants to be called next (`None`: no timer).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Test hook: the id the next stream will try first.
+    #[doc(hidden)]
+    pub fn __set_next_id(&mut self, id: StreamId) {
+        self.next_id = id;
+    }
+
+    // ----- internals -----
+
+    fn alloc_id(&self) -> StreamId {
+        let mut id = self.next_id;
+        // At most `max_streams` ids are taken, so this ends within that many steps.
+        while self.ids.contains_key(&id) {
+            id = id.next_wrapping();
+        }
+        id
+    }
+
+    fn stream_mut(&mut self, key: StreamKey) -> Result<Option<&mut Stream>, StreamError> {
+        if key.0 == 0 || key.0 >= self.next_key {
+            return Err(StreamError::UnknownStream);
+        }
+        Ok(self.streams.get_mut(&key))
+    }
+
+    /// Ends a stream on the wire (the worker's end/abort, a protocol error).
+    fn end_on_wire(&mut self, key: StreamKey, reason: RelayEnd, send_abort: SendAbort) {
+        let s = self.streams.get_mut(&key).expect("in flight");
+        s.on_wire = false;
+        s.writing = false;
+        let (id, started) = (s.id, s.response_started);
+        self.ids.remove(&id);
+        self.out.abort(key, id, send_abort);
+        if reason.is_failure() {
+            let s = self.streams.remove(&key).expect("in flight");
+            self.unread_bytes -= s.body.bytes();
+        } else {
+            s.body.end();
+        }
+        self.stats.streams_closed += 1;
+        self.events.push_back(RelayEvent::Ended {
+            key,
+            reason,
+            response_started: started,
+        });
+        if !reason.is_failure() {
+            self.events.push_back(RelayEvent::Readable { key });
+        }
+    }
+
+    fn on_control(&mut self, c: ControlFrame) {
+        let Some(&key) = self.ids.get(&c.id()) else {
+            self.stats.messages_ignored += 1;
+            return;
+        };
+        let started = self.streams[&key].response_started;
+        match c {
+            ControlFrame::Response { head, .. } if !started => {
+                self.streams
+                    .get_mut(&key)
+                    .expect("in flight")
+                    .response_started = true;
+                self.events.push_back(RelayEvent::Response { key, head });
+            }
+            ControlFrame::End { .. } if started => {
+                self.end_on_wire(key, RelayEnd::Completed, SendAbort::Never)
+            }
+            ControlFrame::Abort { .. } => {
+                self.end_on_wire(key, RelayEnd::WorkerAborted, SendAbort::Never)
+            }
+            ControlFrame::Request { .. } => self.stats.messages_ignored += 1,
+            // A second response, or `end` before any response.
+            _ => self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always),
+        }
+    }
+
+    fn on_chunk(&mut self, id: StreamId, data: Bytes) {
+        let Some(&key) = self.ids.get(&id) else {
+            self.stats.messages_ignored += 1;
+            return;
+        };
+        let s = self.streams.get_mut(&key).expect("in flight");
+        if !s.response_started {
+            self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always);
+            return;
+        }
+        let was_empty = s.body.chunks() == 0;
+        let held = s.body.push(data);
+        self.unread_bytes += held;
+        self.stats.body_buffered_in_max = self
+            .stats
+            .body_buffered_in_max
+            .max(self.unread_bytes as u64);
+        if held > 0 && was_empty {
+            self.events.push_back(RelayEvent::Readable { key });
+        }
+    }
+
+    fn close_with(&mut self, code: CloseCode, reason: &str) {
+        if self.closed {
+            return;
+        }
+        self.closing = Some(Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.to_string(),
+        })));
+        self.lose();
+    }
+
+    fn lose(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        self.out.clear();
+        let mut keys: Vec<StreamKey> = self.ids.values().copied().collect();
+        keys.sort();
+        for key in keys {
+            self.end_on_wire(key, RelayEnd::ConnectionLost, SendAbort::Never);
+        }
+        self.out.clear();
+    }
+}

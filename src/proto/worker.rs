@@ -1,0 +1,555 @@
+//! The worker side: turns the relay's frames into requests for the
+//! application, and the application's responses into frames.
+
+use super::inbound::{BodyRead, InBody};
+use super::outbound::{Outbound, SendAbort};
+use super::{HandleError, Stats, StreamError, StreamKey};
+use crate::frame::{
+    self, CloseCode, CloseFrame, ControlFrame, Decoded, FrameError, Headers, Message, RequestHead,
+    ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
+};
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+/// Bounds of a [`WorkerConnection`]. Every queue is finite.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Requests open at once; a request beyond it is answered 503 at once.
+    /// Default 256.
+    pub max_streams: usize,
+    /// Unread chunks held per request body before reading pauses (spec: 16).
+    pub max_unread_chunks: usize,
+    /// Unread body bytes held over all requests before reading pauses.
+    /// Default 64 MiB.
+    pub max_unread_bytes: usize,
+    /// Response bytes queued per stream before its sink is not ready. Default 2 MiB.
+    pub max_queued_per_stream: usize,
+    /// Response bytes queued over all streams. Default 8 MiB.
+    pub max_queued: usize,
+    /// Largest body chunk emitted. Default and maximum 1 MiB.
+    pub chunk_size: usize,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            max_streams: 256,
+            max_unread_chunks: 16,
+            max_unread_bytes: 64 << 20,
+            max_queued_per_stream: 2 << 20,
+            max_queued: 8 << 20,
+            chunk_size: MAX_CHUNK_BODY,
+        }
+    }
+}
+
+/// How a worker stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkerEnd {
+    /// The response went out complete (`end` emitted).
+    Completed,
+    /// The application failed after its response started (`abort` emitted).
+    Failed,
+    /// The relay aborted the stream: its client has gone.
+    ClientAborted,
+    /// The connection closed or was lost.
+    ConnectionLost,
+}
+
+/// What a [`WorkerConnection`] tells the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkerEvent {
+    /// A new request; read its body with [`WorkerConnection::read_body`].
+    Request {
+        /// The handle for every command on this request.
+        key: StreamKey,
+        /// The wire id (for logs).
+        id: StreamId,
+        /// The request head.
+        head: RequestHead,
+    },
+    /// The request body has data, or its end, to read.
+    Readable {
+        /// The request.
+        key: StreamKey,
+    },
+    /// The response sink may take bytes again.
+    Writable {
+        /// The request.
+        key: StreamKey,
+    },
+    /// The stream ended; exactly once per request.
+    Ended {
+        /// The request.
+        key: StreamKey,
+        /// Why.
+        reason: WorkerEnd,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resp {
+    NotStarted,
+    Started,
+    Finished,
+}
+
+#[derive(Debug)]
+struct Stream {
+    id: StreamId,
+    body: InBody,
+    resp: Resp,
+    failed: bool,
+    content_length: Option<u64>,
+    sent: u64,
+}
+
+/// The worker side of one connection. Sans-IO: see the crate docs for the run loop.
+///
+/// - Inputs: [`handle_message`](Self::handle_message), [`handle_lost`](Self::handle_lost),
+///   [`handle_timeout`](Self::handle_timeout), and the application's commands
+///   ([`respond`](Self::respond), [`send_body`](Self::send_body),
+///   [`finish`](Self::finish), [`fail`](Self::fail), [`read_body`](Self::read_body),
+///   [`discard_body`](Self::discard_body), [`close`](Self::close)).
+/// - Drains: [`poll_transmit`](Self::poll_transmit), [`poll_event`](Self::poll_event),
+///   [`poll_timeout`](Self::poll_timeout).
+/// - Getters: [`wants_read`](Self::wants_read), [`is_closed`](Self::is_closed),
+///   [`send_capacity`](Self::send_capacity), [`stats`](Self::stats).
+#[derive(Debug)]
+pub struct WorkerConnection {
+    config: WorkerConfig,
+    streams: HashMap<StreamKey, Stream>,
+    ids: HashMap<StreamId, StreamKey>,
+    next_key: u64,
+    out: Outbound,
+    events: VecDeque<WorkerEvent>,
+    closing: Option<Message>,
+    closed: bool,
+    unread_bytes: usize,
+    stats: Stats,
+}
+
+impl Default for WorkerConnection {
+    fn default() -> Self {
+        WorkerConnection::new(WorkerConfig::default())
+    }
+}
+
+impl WorkerConnection {
+    /// A connection that has just completed its handshake.
+    pub fn new(config: WorkerConfig) -> WorkerConnection {
+        let out = Outbound::new(
+            config.max_queued_per_stream,
+            config.max_queued,
+            config.chunk_size,
+        );
+        WorkerConnection {
+            config,
+            streams: HashMap::new(),
+            ids: HashMap::new(),
+            next_key: 1,
+            out,
+            events: VecDeque::new(),
+            closing: None,
+            closed: false,
+            unread_bytes: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    // ----- getters -----
+
+    /// Whether the driver may read the next message from the socket. False
+    /// while any request body holds `max_unread_chunks` unread chunks (or all
+    /// hold `max_unread_bytes`), and after the connection closed.
+    pub fn wants_read(&self) -> bool {
+        !self.closed
+            && self.unread_bytes < self.config.max_unread_bytes
+            && self
+                .streams
+                .values()
+                .all(|s| s.body.chunks() < self.config.max_unread_chunks)
+    }
+
+    /// Whether the connection is closed (nothing more will be read or sent
+    /// once `poll_transmit` has returned the close message).
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Response bytes `send_body` would take now for this request.
+    pub fn send_capacity(&self, key: StreamKey) -> usize {
+        self.out.capacity(key)
+    }
+
+    /// The connection's counters.
+    pub fn stats(&self) -> Stats {
+        let (q, qmax) = self.out.queued();
+        Stats {
+            streams_open: self.streams.len() as u64,
+            body_buffered_in: self.unread_bytes as u64,
+            body_queued_out: q as u64,
+            body_queued_out_max: qmax as u64,
+            ..self.stats
+        }
+    }
+
+    /// Bounds in force.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    // ----- inputs -----
+
+    /// Feeds one message read from the socket.
+    ///
+    /// Malformed frames, frames of unknown type and frames for a stream that
+    /// is not open are ignored (counted in [`Stats::messages_ignored`]). A
+    /// message over 1 MiB + 4 bytes closes the connection with 1009.
+    pub fn handle_message(&mut self, msg: Message, _now: Instant) -> Result<(), HandleError> {
+        if self.closed {
+            return Ok(());
+        }
+        if msg.is_data() && !self.wants_read() {
+            return Err(HandleError::ReadPaused);
+        }
+        if msg.is_data() {
+            self.stats.bytes_in += msg.len() as u64;
+        }
+        let decoded = match msg {
+            Message::Close(_) => {
+                self.lose();
+                return Ok(());
+            }
+            Message::Ping(_) | Message::Pong(_) => return Ok(()),
+            Message::Text(t) => frame::decode_text(&t),
+            Message::Binary(b) => frame::decode_binary(b),
+        };
+        match decoded {
+            Ok(Decoded::Control(c)) => self.on_control(c),
+            Ok(Decoded::Chunk(c)) => self.on_chunk(c.id, c.data),
+            Ok(Decoded::Unknown) => self.stats.messages_ignored += 1,
+            Err(e @ FrameError::TooLarge { .. }) => {
+                self.close_with(e.close_code(), "message too big")
+            }
+            Err(_) => self.stats.messages_ignored += 1,
+        }
+        Ok(())
+    }
+
+    /// The socket is gone (error, EOF or close): every open request is told
+    /// its client has gone.
+    pub fn handle_lost(&mut self) {
+        self.lose();
+    }
+
+    /// Advances time. The state machine has no timers of its own yet, so
+    /// this is a no-op kept for the run loop's shape.
+    pub fn handle_timeout(&mut self, _now: Instant) {}
+
+    // ----- application commands -----
+
+    /// Starts the response.
+    pub fn respond(&mut self, key: StreamKey, head: ResponseHead) -> Result<(), StreamError> {
+        let Some(s) = self.stream_mut(key)? else {
+            return Ok(());
+        };
+        if s.resp != Resp::NotStarted {
+            return Err(StreamError::AlreadyResponded);
+        }
+        let content_length = head
+            .headers()
+            .content_length()
+            .map_err(|_| StreamError::InvalidContentLength)?;
+        let frame = ControlFrame::Response { id: s.id, head };
+        let len = frame.encode().len();
+        if len > MAX_MESSAGE_LEN {
+            return Err(FrameError::TooLarge {
+                len,
+                limit: MAX_MESSAGE_LEN,
+            }
+            .into());
+        }
+        s.resp = Resp::Started;
+        s.content_length = content_length;
+        let id = s.id;
+        self.out.push_stream_control(key, &frame);
+        self.out.open(key, id);
+        Ok(())
+    }
+
+    /// Queues response body bytes; returns how many were taken (zero-copy
+    /// slices of `data`), 0 when the queue is full: wait for
+    /// [`WorkerEvent::Writable`]. Bytes for a stream whose client has gone are
+    /// swallowed.
+    pub fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, StreamError> {
+        let len = data.len();
+        let Some(s) = self.stream_mut(key)? else {
+            return Ok(len);
+        };
+        match s.resp {
+            Resp::NotStarted => return Err(StreamError::NotResponded),
+            Resp::Finished => return Err(StreamError::AlreadyFinished),
+            Resp::Started => {}
+        }
+        if let Some(limit) = s.content_length {
+            if s.sent + len as u64 > limit {
+                return Err(StreamError::ContentLengthExceeded { limit });
+            }
+        }
+        let n = self.out.write(key, data);
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.sent += n as u64;
+        }
+        Ok(n)
+    }
+
+    /// Ends the response: `end` goes out after the queued body. Whatever of
+    /// the request body was not read is discarded.
+    pub fn finish(&mut self, key: StreamKey) -> Result<(), StreamError> {
+        let Some(s) = self.stream_mut(key)? else {
+            return Ok(());
+        };
+        match s.resp {
+            Resp::NotStarted => return Err(StreamError::NotResponded),
+            Resp::Finished => return Err(StreamError::AlreadyFinished),
+            Resp::Started => {}
+        }
+        if let Some(expected) = s.content_length.filter(|&cl| s.sent < cl) {
+            let sent = s.sent;
+            self.fail(key)?;
+            return Err(StreamError::ContentLengthShort { expected, sent });
+        }
+        s.resp = Resp::Finished;
+        self.discard_body(key);
+        self.out.finish(key);
+        Ok(())
+    }
+
+    /// The application failed: before the response, answers 500 with a short
+    /// text body; after, sends `abort`.
+    pub fn fail(&mut self, key: StreamKey) -> Result<(), StreamError> {
+        let Some(s) = self.stream_mut(key)? else {
+            return Ok(());
+        };
+        match s.resp {
+            Resp::Finished => Ok(()),
+            Resp::NotStarted => {
+                const BODY: &[u8] = b"Internal Server Error";
+                let headers = Headers::try_from_pairs([
+                    ("content-type", "text/plain; charset=utf-8".to_string()),
+                    ("content-length", BODY.len().to_string()),
+                ])
+                .expect("static headers are valid");
+                let head = ResponseHead::new(500, headers).expect("500 is valid");
+                self.respond(key, head)?;
+                self.send_body(key, Bytes::from_static(BODY))?;
+                self.finish(key)
+            }
+            Resp::Started => {
+                s.resp = Resp::Finished;
+                s.failed = true;
+                let id = s.id;
+                self.discard_body(key);
+                self.out.abort(key, id, SendAbort::Always);
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads the next piece of the request body.
+    pub fn read_body(&mut self, key: StreamKey) -> BodyRead {
+        let Some(s) = self.streams.get_mut(&key) else {
+            return BodyRead::Gone;
+        };
+        let r = s.body.read();
+        if let BodyRead::Data(d) = &r {
+            self.unread_bytes -= d.len();
+        }
+        r
+    }
+
+    /// The application will not read the rest of the request body: drop what
+    /// is held and whatever arrives later.
+    pub fn discard_body(&mut self, key: StreamKey) {
+        if let Some(s) = self.streams.get_mut(&key) {
+            self.unread_bytes -= s.body.discard();
+        }
+    }
+
+    /// Closes the connection with `code`: every open request is told its
+    /// client has gone and the close message is the last one emitted.
+    pub fn close(&mut self, code: CloseCode, reason: &str) {
+        self.close_with(code, reason);
+    }
+
+    // ----- drains -----
+
+    /// The next message to write to the socket.
+    pub fn poll_transmit(&mut self) -> Option<Message> {
+        if let Some(m) = self.closing.take() {
+            return Some(m);
+        }
+        if self.closed {
+            return None;
+        }
+        let (msg, sent) = self.out.poll_transmit()?;
+        self.stats.bytes_out += msg.len() as u64;
+        for key in self.out.take_writable() {
+            self.events.push_back(WorkerEvent::Writable { key });
+        }
+        if let Some(key) = sent.ended {
+            if let Some(s) = self.streams.remove(&key) {
+                self.ids.remove(&s.id);
+                self.unread_bytes -= s.body.bytes();
+                let reason = if s.failed {
+                    WorkerEnd::Failed
+                } else {
+                    WorkerEnd::Completed
+                };
+                self.ended(key, reason);
+            }
+        }
+        Some(msg)
+    }
+
+    /// The next event for the application.
+    pub fn poll_event(&mut self) -> Option<WorkerEvent> {
+        self.events.pop_front()
+    }
+
+    /// When `handle_timeout` wants to be called next (`None`: no timer).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    // ----- internals -----
+
+    /// The stream for a command: `Ok(None)` for a stream that existed and has
+    /// gone (its commands are swallowed), an error for a key never issued.
+    fn stream_mut(&mut self, key: StreamKey) -> Result<Option<&mut Stream>, StreamError> {
+        if key.0 == 0 || key.0 >= self.next_key {
+            return Err(StreamError::UnknownStream);
+        }
+        Ok(self.streams.get_mut(&key))
+    }
+
+    fn ended(&mut self, key: StreamKey, reason: WorkerEnd) {
+        self.stats.streams_closed += 1;
+        self.events.push_back(WorkerEvent::Ended { key, reason });
+    }
+
+    fn on_control(&mut self, c: ControlFrame) {
+        match c {
+            ControlFrame::Request { id, head } => self.on_request(id, head),
+            ControlFrame::End { id } => match self.ids.get(&id) {
+                Some(&key) => {
+                    let s = self.streams.get_mut(&key).expect("ids and streams agree");
+                    if s.body.is_open() {
+                        s.body.end();
+                        self.events.push_back(WorkerEvent::Readable { key });
+                    } else {
+                        self.stats.messages_ignored += 1;
+                    }
+                }
+                None => self.stats.messages_ignored += 1,
+            },
+            ControlFrame::Abort { id } => match self.ids.remove(&id) {
+                Some(key) => {
+                    let mut s = self.streams.remove(&key).expect("ids and streams agree");
+                    self.unread_bytes -= s.body.fail();
+                    self.out.abort(key, id, SendAbort::Never);
+                    self.ended(key, WorkerEnd::ClientAborted);
+                }
+                None => self.stats.messages_ignored += 1,
+            },
+            ControlFrame::Response { .. } => self.stats.messages_ignored += 1,
+        }
+    }
+
+    fn on_request(&mut self, id: StreamId, head: RequestHead) {
+        if self.ids.contains_key(&id) {
+            self.stats.messages_ignored += 1;
+            return;
+        }
+        if self.streams.len() >= self.config.max_streams {
+            // Refuse at once; later frames for this id are not open and ignored.
+            let headers = Headers::try_from_pairs([("content-length", "0")]).expect("valid");
+            let head = ResponseHead::new(503, headers).expect("valid");
+            self.out
+                .push_control(ControlFrame::Response { id, head }.to_message());
+            self.out.push_control(ControlFrame::End { id }.to_message());
+            self.stats.messages_ignored += 1;
+            return;
+        }
+        let key = StreamKey(self.next_key);
+        self.next_key += 1;
+        self.ids.insert(id, key);
+        self.streams.insert(
+            key,
+            Stream {
+                id,
+                body: InBody::new(),
+                resp: Resp::NotStarted,
+                failed: false,
+                content_length: None,
+                sent: 0,
+            },
+        );
+        self.stats.streams_opened += 1;
+        self.events
+            .push_back(WorkerEvent::Request { key, id, head });
+    }
+
+    fn on_chunk(&mut self, id: StreamId, data: Bytes) {
+        let Some(&key) = self.ids.get(&id) else {
+            self.stats.messages_ignored += 1;
+            return;
+        };
+        let s = self.streams.get_mut(&key).expect("ids and streams agree");
+        if !s.body.is_open() {
+            self.stats.messages_ignored += 1;
+            return;
+        }
+        let was_empty = s.body.chunks() == 0;
+        let held = s.body.push(data);
+        self.unread_bytes += held;
+        self.stats.body_buffered_in_max = self
+            .stats
+            .body_buffered_in_max
+            .max(self.unread_bytes as u64);
+        if held > 0 && was_empty {
+            self.events.push_back(WorkerEvent::Readable { key });
+        }
+    }
+
+    fn close_with(&mut self, code: CloseCode, reason: &str) {
+        if self.closed {
+            return;
+        }
+        self.closing = Some(Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.to_string(),
+        })));
+        self.lose();
+    }
+
+    fn lose(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        self.out.clear();
+        self.ids.clear();
+        let mut keys: Vec<StreamKey> = self.streams.keys().copied().collect();
+        keys.sort();
+        for key in keys {
+            self.streams.remove(&key);
+            self.ended(key, WorkerEnd::ConnectionLost);
+        }
+        self.unread_bytes = 0;
+    }
+}

@@ -1,0 +1,157 @@
+//! Both machines together in the in-memory pair: ordering, fairness, counters.
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use worker_relay::frame::{Headers, ResponseHead};
+use worker_relay::proto::{BodyRead, RelayEnd, RelayEvent, WorkerEnd, WorkerEvent};
+
+#[test]
+fn a_small_request_completes_while_a_64_mib_upload_is_in_flight() {
+    const UPLOAD: usize = 64 << 20;
+    let mut p = Pair::default_pair();
+    p.record = false;
+    let big = p.relay.open_stream(post("/upload", Some(UPLOAD))).unwrap();
+    let body = pattern(UPLOAD);
+    let mut rest = body.clone();
+    let mut small = None;
+    let mut small_done_at = None;
+    let mut answered = false;
+    for _ in 0..100_000 {
+        if !rest.is_empty() {
+            let n = p.relay.send_body(big, rest.clone()).unwrap();
+            let _ = rest.split_to(n);
+            if rest.is_empty() {
+                p.relay.finish(big).unwrap();
+            }
+        }
+        // Once the upload is under way, the caller sends GET /health.
+        if small.is_none() && rest.len() < UPLOAD - (2 << 20) {
+            let k = p.relay.open_stream(get("/health")).unwrap();
+            p.relay.finish(k).unwrap();
+            small = Some(k);
+        }
+        p.step();
+        if !answered {
+            if let Some((wk, _)) = p
+                .worker_requests()
+                .into_iter()
+                .find(|(_, h)| h.path() == "/health")
+            {
+                p.worker.respond(wk, ok_head()).unwrap();
+                p.worker
+                    .send_body(wk, Bytes::from_static(b"{\"status\":\"ok\"}"))
+                    .unwrap();
+                p.worker.finish(wk).unwrap();
+                answered = true;
+            }
+        }
+        if small_done_at.is_none() {
+            let done = p.relay_events.iter().any(|e| {
+                matches!(e, RelayEvent::Ended { key, reason: RelayEnd::Completed, .. } if Some(*key) == small)
+            });
+            if done {
+                let received = p
+                    .worker_bodies
+                    .values()
+                    .map(|(b, _)| b.len())
+                    .max()
+                    .unwrap_or(0);
+                small_done_at = Some(received);
+            }
+        }
+        if small_done_at.is_some() && rest.is_empty() {
+            break;
+        }
+    }
+    p.progress();
+    let at = small_done_at.expect("the small request completed");
+    assert!(
+        at < UPLOAD / 4,
+        "small request completed after {at} bytes of the upload"
+    );
+    let small = small.unwrap();
+    assert_eq!(p.relay_bodies[&small].0, b"{\"status\":\"ok\"}");
+    // The upload itself arrived byte-exact.
+    let (wk, _) = p.worker_requests()[0].clone();
+    let (got, end) = &p.worker_bodies[&wk];
+    assert_eq!(end, &Some(BodyRead::End));
+    assert!(got[..] == body[..], "upload corrupted");
+    eprintln!("small request done after {at} of {UPLOAD} upload bytes");
+}
+
+#[test]
+fn echo_round_trip_and_counters() {
+    let mut p = Pair::default_pair();
+    let body = pattern(3 << 20);
+    let k = p
+        .relay
+        .open_stream(post("/echo", Some(body.len())))
+        .unwrap();
+    relay_send_all(&mut p, k, body.clone());
+    p.relay.finish(k).unwrap();
+    p.progress();
+    let (wk, head) = p.worker_requests()[0].clone();
+    assert_eq!(head.headers().content_length(), Ok(Some(body.len() as u64)));
+    let received = p.worker_bodies[&wk].0.clone();
+    assert_eq!(received.len(), body.len());
+    p.worker
+        .respond(wk, ResponseHead::new(200, Headers::new()).unwrap())
+        .unwrap();
+    let mut rest = Bytes::from(received);
+    while !rest.is_empty() {
+        let n = p.worker.send_body(wk, rest.clone()).unwrap();
+        let _ = rest.split_to(n);
+        p.step();
+    }
+    p.worker.finish(wk).unwrap();
+    p.progress();
+    assert_eq!(p.relay_bodies[&k].0, body);
+    assert_eq!(p.relay_bodies[&k].1, Some(BodyRead::End));
+    assert!(p.worker_events.contains(&WorkerEvent::Ended {
+        key: wk,
+        reason: WorkerEnd::Completed
+    }));
+
+    let rs = p.relay.stats();
+    let ws = p.worker.stats();
+    assert_eq!(
+        (rs.streams_opened, rs.streams_open, rs.streams_closed),
+        (1, 0, 1)
+    );
+    assert_eq!(
+        (ws.streams_opened, ws.streams_open, ws.streams_closed),
+        (1, 0, 1)
+    );
+    assert_eq!(rs.bytes_out, ws.bytes_in);
+    assert_eq!(ws.bytes_out, rs.bytes_in);
+    assert!(rs.bytes_out > body.len() as u64);
+    assert!(ws.body_buffered_in_max > 0 && ws.body_buffered_in_max <= 16 << 20);
+    assert!(rs.body_queued_out_max <= p.relay.config().max_queued as u64);
+    assert_eq!((rs.body_buffered_in, ws.body_buffered_in), (0, 0));
+}
+
+#[test]
+fn caller_abort_reaches_the_worker_app() {
+    let mut p = Pair::default_pair();
+    let k = p.relay.open_stream(get("/sleep")).unwrap();
+    p.relay.finish(k).unwrap();
+    p.progress();
+    let (wk, _) = p.worker_requests()[0].clone();
+    p.relay.abort(k);
+    p.progress();
+    assert!(p.worker_events.contains(&WorkerEvent::Ended {
+        key: wk,
+        reason: WorkerEnd::ClientAborted
+    }));
+    // The app answers late: nothing reaches the relay.
+    p.worker.respond(wk, ok_head()).unwrap();
+    p.worker.finish(wk).unwrap();
+    let before = p.worker_sent.len();
+    p.progress();
+    assert_eq!(p.worker_sent.len(), before);
+    assert!(!p
+        .relay_events
+        .iter()
+        .any(|e| matches!(e, RelayEvent::Response { .. })));
+}
