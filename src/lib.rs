@@ -8,6 +8,103 @@
 //! ## Layers
 //!
 //! - [`frame`]: the wire format, one message at a time, no connection state.
+//! - [`proto`]: the sans-IO state machines, [`RelayConnection`](proto::RelayConnection)
+//!   and [`WorkerConnection`](proto::WorkerConnection).
+//! - [`connect`]: sans-IO pieces around a connection: handshake, reconnect
+//!   backoff, keepalive, URL mapping.
+//!
+//! ## The run loop
+//!
+//! Both state machines have the same shape (after quinn-proto and str0m).
+//! Nothing inside reads a clock, touches a socket or draws a random number;
+//! the caller drives them:
+//!
+//! | kind | relay | worker |
+//! |---|---|---|
+//! | inputs from the socket | `handle_message(msg, now)`, `handle_lost()` | same |
+//! | input from the clock | `handle_timeout(now)` | same |
+//! | application commands | `open_stream`, `send_body`, `finish`, `abort`, `read_body`, `close` | `respond`, `send_body`, `finish`, `fail`, `read_body`, `discard_body`, `close` |
+//! | drains | `poll_transmit()`, `poll_event()`, `poll_timeout()` | same |
+//! | getters | `wants_read()`, `send_capacity(key)`, `is_closed()`, `stats()` | same |
+//!
+//! Each turn of the loop:
+//!
+//! 1. apply the application's commands;
+//! 2. drain `poll_transmit()` into the socket until it returns `None` (or the
+//!    socket is full: the messages wait inside the machine, bounded);
+//! 3. drain `poll_event()` and act on each event (read bodies with
+//!    `read_body` on `Readable`, answer requests, …);
+//! 4. wait for whichever comes first: a message from the socket — **only if
+//!    `wants_read()`** (this is the backpressure: a body with 16 unread
+//!    chunks pauses reading), the deadline from `poll_timeout()`, or an
+//!    application command; then feed it with `handle_message`,
+//!    `handle_timeout` or the command, and go round again.
+//!
+//! Time only moves forward, and extra `handle_timeout` calls are harmless.
+//! A panic is a bug in this crate, never the result of peer input.
+//!
+//! Here is a complete loop: a relay and a worker connected by two in-memory
+//! queues instead of a socket, serving `GET /health`.
+//!
+//! ```
+//! use std::collections::VecDeque;
+//! use std::time::Instant;
+//! use worker_relay::frame::{Headers, Message, RequestHead, ResponseHead};
+//! use worker_relay::proto::{BodyRead, RelayConnection, RelayEvent, WorkerConnection, WorkerEvent};
+//! use worker_relay::Bytes;
+//!
+//! let mut relay = RelayConnection::default();
+//! let mut worker = WorkerConnection::default();
+//! let (mut to_worker, mut to_relay) = (VecDeque::<Message>::new(), VecDeque::<Message>::new());
+//!
+//! // The relay's caller: GET /health (no body: open, then finish).
+//! let key = relay.open_stream(RequestHead::new("GET", "/health", "", Headers::new())?)?;
+//! relay.finish(key)?;
+//!
+//! let mut answer = Vec::new();
+//! let mut done = false;
+//! for _turn in 0..100 {
+//!     let now = Instant::now();
+//!     // 2. transmit
+//!     while let Some(m) = relay.poll_transmit() { to_worker.push_back(m); }
+//!     while let Some(m) = worker.poll_transmit() { to_relay.push_back(m); }
+//!     // 4. receive, honouring backpressure
+//!     while worker.wants_read() {
+//!         let Some(m) = to_worker.pop_front() else { break };
+//!         worker.handle_message(m, now)?;
+//!     }
+//!     while relay.wants_read() {
+//!         let Some(m) = to_relay.pop_front() else { break };
+//!         relay.handle_message(m, now)?;
+//!     }
+//!     // 3. events: the worker's application answers, the relay's caller reads.
+//!     while let Some(ev) = worker.poll_event() {
+//!         if let WorkerEvent::Request { key, head, .. } = ev {
+//!             assert_eq!(head.path(), "/health");
+//!             let headers = Headers::try_from_pairs([("content-type", "application/json")])?;
+//!             worker.respond(key, ResponseHead::new(200, headers)?)?;
+//!             worker.send_body(key, Bytes::from_static(br#"{"status":"ok"}"#))?;
+//!             worker.finish(key)?;
+//!         }
+//!     }
+//!     while let Some(ev) = relay.poll_event() {
+//!         match ev {
+//!             RelayEvent::Response { head, .. } => assert_eq!(head.status(), 200),
+//!             RelayEvent::Readable { key } => loop {
+//!                 match relay.read_body(key) {
+//!                     BodyRead::Data(d) => answer.extend_from_slice(&d),
+//!                     BodyRead::End => { done = true; break }
+//!                     BodyRead::Pending | BodyRead::Gone => break,
+//!                 }
+//!             },
+//!             _ => {}
+//!         }
+//!     }
+//!     if done { break }
+//! }
+//! assert_eq!(answer, br#"{"status":"ok"}"#);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! ## Decoding and encoding a frame
 //!
