@@ -234,6 +234,8 @@ fn parse_id(f: Option<LNum>) -> Result<StreamId, IdError> {
         Some(LNum::I(i)) if i < 0 => return Err(IdError::Negative),
         Some(LNum::I(i)) => i as u64,
         Some(LNum::U(u)) => u,
+        // serde_json reads the integer literal `-0` as the float -0.0: it is 0.
+        Some(LNum::F(x)) if x == 0.0 && x.is_sign_negative() => return Err(IdError::Zero),
         Some(LNum::F(x)) if x < 0.0 => return Err(IdError::Negative),
         Some(LNum::F(x)) if x.is_finite() && x.fract() == 0.0 && x > u32::MAX as f64 => {
             return Err(IdError::TooLarge)
