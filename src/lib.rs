@@ -137,5 +137,6 @@
 pub mod connect;
 pub mod frame;
 pub mod proto;
+pub mod rt;
 
 pub use bytes::Bytes;

@@ -13,8 +13,17 @@ struct OutStream {
     queue: VecDeque<Bytes>,
     queued: usize,
     end_pending: bool,
+    abort_at_end: bool,
     in_ready: bool,
     blocked: bool,
+}
+
+fn end_frame(id: StreamId, abort: bool) -> ControlFrame {
+    if abort {
+        ControlFrame::Abort { id }
+    } else {
+        ControlFrame::End { id }
+    }
 }
 
 /// Whether [`Outbound::abort`] sends an `abort` frame.
@@ -109,6 +118,7 @@ impl Outbound {
                 queue: VecDeque::new(),
                 queued: 0,
                 end_pending: false,
+                abort_at_end: false,
                 in_ready: false,
                 blocked: false,
             },
@@ -151,14 +161,25 @@ impl Outbound {
 
     /// Ends the stream's output: `end` goes out after the queued body.
     pub fn finish(&mut self, key: StreamKey) {
+        self.finish_with(key, false);
+    }
+
+    /// Ends the stream's output with `abort` after the queued body: what the
+    /// application produced goes out, then the failure.
+    pub fn finish_aborted(&mut self, key: StreamKey) {
+        self.finish_with(key, true);
+    }
+
+    fn finish_with(&mut self, key: StreamKey, abort: bool) {
         let Some(s) = self.streams.get_mut(&key) else {
             return;
         };
         s.end_pending = true;
+        s.abort_at_end = abort;
         if s.queue.is_empty() {
             let id = s.id;
             self.streams.remove(&key);
-            self.push_end(key, ControlFrame::End { id });
+            self.push_end(key, end_frame(id, abort));
         }
     }
 
@@ -235,9 +256,9 @@ impl Outbound {
         } else {
             s.in_ready = false;
             if s.end_pending {
-                let id = s.id;
+                let (id, abort) = (s.id, s.abort_at_end);
                 self.streams.remove(&key);
-                self.push_end(key, ControlFrame::End { id });
+                self.push_end(key, end_frame(id, abort));
             }
         }
         self.wake_blocked();

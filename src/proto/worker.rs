@@ -330,7 +330,8 @@ impl WorkerConnection {
     }
 
     /// The application failed: before the response, answers 500 with a short
-    /// text body; after, sends `abort`.
+    /// text body; after, sends `abort` (after the head and the body already
+    /// queued, so the relay's caller sees the response start, then fail).
     pub fn fail(&mut self, key: StreamKey) -> Result<(), StreamError> {
         let Some(s) = self.stream_mut(key)? else {
             return Ok(());
@@ -352,9 +353,9 @@ impl WorkerConnection {
             Resp::Started => {
                 s.resp = Resp::Finished;
                 s.failed = true;
-                let id = s.id;
                 self.discard_body(key);
-                self.out.abort(key, id, SendAbort::Always);
+                // The head and the body produced so far go out, then `abort`.
+                self.out.finish_aborted(key);
                 Ok(())
             }
         }

@@ -1,0 +1,436 @@
+//! The relay side on any executor: send a request, get the response head and
+//! a body stream, or a typed error.
+
+use super::driver::{DriverError, Io, Pass};
+use super::timer::Timer;
+use super::BodyError;
+use crate::frame::{Message, RequestHead, ResponseHead};
+use crate::proto::{
+    BodyRead, RelayConfig, RelayConnection, RelayEnd, RelayEvent, Stats, StreamError, StreamKey,
+};
+use bytes::Bytes;
+use futures_core::Stream;
+use futures_sink::Sink;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+/// Why a request through the relay failed before its response head arrived.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RelayError {
+    /// The connection to the worker is gone (answer 502).
+    #[error("the worker connection was lost")]
+    WorkerGone,
+    /// The worker aborted the request (answer 502).
+    #[error("the worker aborted the request")]
+    WorkerAborted,
+    /// The worker broke the protocol on this stream (answer 502).
+    #[error("the worker broke the protocol")]
+    ProtocolError,
+    /// The request could not be opened.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+}
+
+impl From<RelayEnd> for RelayError {
+    fn from(e: RelayEnd) -> RelayError {
+        match e {
+            RelayEnd::WorkerAborted => RelayError::WorkerAborted,
+            RelayEnd::ProtocolError => RelayError::ProtocolError,
+            _ => RelayError::WorkerGone,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Slot {
+    head: Option<ResponseHead>,
+    ended: Option<RelayEnd>,
+    head_waker: Option<Waker>,
+    read_waker: Option<Waker>,
+    write_waker: Option<Waker>,
+}
+
+impl Slot {
+    fn wake_all(&mut self) {
+        for w in [
+            self.head_waker.take(),
+            self.read_waker.take(),
+            self.write_waker.take(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            w.wake();
+        }
+    }
+}
+
+struct Shared {
+    conn: RelayConnection,
+    slots: HashMap<StreamKey, Slot>,
+    driver: Option<Waker>,
+}
+
+impl Shared {
+    fn wake_driver(&mut self) {
+        if let Some(w) = self.driver.take() {
+            w.wake();
+        }
+    }
+
+    fn dispatch(&mut self) {
+        while let Some(ev) = self.conn.poll_event() {
+            match ev {
+                RelayEvent::Response { key, head } => {
+                    if let Some(s) = self.slots.get_mut(&key) {
+                        s.head = Some(head);
+                        if let Some(w) = s.head_waker.take() {
+                            w.wake();
+                        }
+                    }
+                }
+                RelayEvent::Readable { key } => {
+                    if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.read_waker.take()) {
+                        w.wake();
+                    }
+                }
+                RelayEvent::Writable { key } => {
+                    if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.write_waker.take()) {
+                        w.wake();
+                    }
+                }
+                RelayEvent::Ended { key, reason, .. } => {
+                    if let Some(s) = self.slots.get_mut(&key) {
+                        s.ended = Some(reason);
+                        s.wake_all();
+                    }
+                }
+            }
+        }
+    }
+}
+
+type SharedRef = Arc<Mutex<Shared>>;
+
+fn lock(s: &SharedRef) -> MutexGuard<'_, Shared> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Creates the relay side of a connection over `socket` (a WebSocket mapped
+/// to the crate's [`Message`]). Spawn or poll the [`RelayDriver`]; send
+/// requests through the [`RelayHandle`] (cheap to clone).
+pub fn relay<S, T, E>(socket: S, timer: T, config: RelayConfig) -> (RelayHandle, RelayDriver<S, T>)
+where
+    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
+    T: Timer,
+{
+    let shared = Arc::new(Mutex::new(Shared {
+        conn: RelayConnection::new(config),
+        slots: HashMap::new(),
+        driver: None,
+    }));
+    (
+        RelayHandle {
+            shared: shared.clone(),
+        },
+        RelayDriver {
+            shared,
+            io: Io::new(socket, timer),
+        },
+    )
+}
+
+/// The future that runs one relay connection; completes when it closes.
+pub struct RelayDriver<S, T> {
+    shared: SharedRef,
+    io: Io<S, T>,
+}
+
+impl<S, T, E> Future for RelayDriver<S, T>
+where
+    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
+    T: Timer + Unpin,
+{
+    type Output = Result<(), DriverError<E>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut sh = lock(&this.shared);
+        sh.driver = Some(cx.waker().clone());
+        loop {
+            let pass = this.io.poll_io(&mut sh.conn, cx);
+            sh.dispatch();
+            match pass {
+                Pass::Progress => continue,
+                Pass::Idle => return Poll::Pending,
+                Pass::Done(r) => return Poll::Ready(r),
+            }
+        }
+    }
+}
+
+/// Sends requests over one relay connection.
+#[derive(Clone)]
+pub struct RelayHandle {
+    shared: SharedRef,
+}
+
+impl std::fmt::Debug for RelayHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayHandle").finish_non_exhaustive()
+    }
+}
+
+impl RelayHandle {
+    /// Opens a stream for `head`. Write the body into the returned sink and
+    /// close it (a request without a body: close it at once, or use
+    /// [`RelayHandle::send_empty`]); await the response.
+    ///
+    /// Dropping the sink before closing it, or the response future or body
+    /// before the end, aborts the stream (the caller has gone).
+    pub fn send_request(
+        &self,
+        head: RequestHead,
+    ) -> Result<(RequestSink, ResponseFuture), RelayError> {
+        let mut sh = lock(&self.shared);
+        let key = sh.conn.open_stream(head)?;
+        sh.slots.insert(key, Slot::default());
+        sh.wake_driver();
+        drop(sh);
+        let guard = Arc::new(Guard {
+            shared: self.shared.clone(),
+            key,
+        });
+        Ok((
+            RequestSink {
+                guard: guard.clone(),
+                pending: None,
+                closed: false,
+            },
+            ResponseFuture { guard: Some(guard) },
+        ))
+    }
+
+    /// Sends a request without a body.
+    pub fn send_empty(&self, head: RequestHead) -> Result<ResponseFuture, RelayError> {
+        let (mut sink, resp) = self.send_request(head)?;
+        sink.finish_now()?;
+        Ok(resp)
+    }
+
+    /// Whether the connection has closed.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.shared).conn.is_closed()
+    }
+
+    /// The connection's counters.
+    pub fn stats(&self) -> Stats {
+        lock(&self.shared).conn.stats()
+    }
+
+    /// Closes the connection; requests in flight fail with [`RelayError::WorkerGone`].
+    pub fn close(&self, code: crate::frame::CloseCode, reason: &str) {
+        let mut sh = lock(&self.shared);
+        sh.conn.close(code, reason);
+        sh.dispatch();
+        sh.wake_driver();
+    }
+}
+
+/// Aborts the stream when the caller's last handle on it goes away early.
+struct Guard {
+    shared: SharedRef,
+    key: StreamKey,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let mut sh = lock(&self.shared);
+        // `abort` is a no-op for a stream that has already finished and been read.
+        sh.conn.abort(self.key);
+        sh.slots.remove(&self.key);
+        sh.wake_driver();
+    }
+}
+
+/// The request body: a [`Sink`] of [`Bytes`]. `close` sends `end`.
+pub struct RequestSink {
+    guard: Arc<Guard>,
+    pending: Option<Bytes>,
+    closed: bool,
+}
+
+impl RequestSink {
+    fn finish_now(&mut self) -> Result<(), StreamError> {
+        let mut sh = lock(&self.guard.shared);
+        sh.conn.finish(self.guard.key)?;
+        self.closed = true;
+        sh.wake_driver();
+        Ok(())
+    }
+
+    fn poll_push(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        let mut sh = lock(&self.guard.shared);
+        let key = self.guard.key;
+        while let Some(mut data) = self.pending.take() {
+            if let Some(end) = sh.slots.get(&key).and_then(|s| s.ended) {
+                if end.is_failure() {
+                    return Poll::Ready(Err(BodyError::from(end)));
+                }
+            }
+            let n = match sh.conn.send_body(key, data.clone()) {
+                Ok(n) => n,
+                Err(e) => return Poll::Ready(Err(BodyError::Stream(e))),
+            };
+            if n > 0 {
+                sh.wake_driver();
+            }
+            let _ = data.split_to(n);
+            if !data.is_empty() {
+                self.pending = Some(data);
+                if n == 0 {
+                    if let Some(s) = sh.slots.get_mut(&key) {
+                        s.write_waker = Some(cx.waker().clone());
+                    }
+                    sh.wake_driver();
+                    return Poll::Pending;
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Sink<Bytes> for RequestSink {
+    type Error = BodyError;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        self.get_mut().poll_push(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), BodyError> {
+        let this = self.get_mut();
+        if this.closed {
+            return Err(BodyError::Stream(StreamError::AlreadyFinished));
+        }
+        debug_assert!(this.pending.is_none(), "start_send without poll_ready");
+        if !item.is_empty() {
+            this.pending = Some(item);
+        }
+        Ok(())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        self.get_mut().poll_push(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        let this = self.get_mut();
+        if this.closed {
+            return Poll::Ready(Ok(()));
+        }
+        match this.poll_push(cx) {
+            Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        Poll::Ready(this.finish_now().map_err(BodyError::Stream))
+    }
+}
+
+impl Drop for RequestSink {
+    fn drop(&mut self) {
+        if !self.closed {
+            let mut sh = lock(&self.guard.shared);
+            sh.conn.abort(self.guard.key);
+            sh.wake_driver();
+        }
+    }
+}
+
+/// Resolves to the worker's response head and body stream.
+pub struct ResponseFuture {
+    guard: Option<Arc<Guard>>,
+}
+
+/// The worker's response: its head and body.
+pub struct Response {
+    /// The response head.
+    pub head: ResponseHead,
+    /// The response body.
+    pub body: ResponseBody,
+}
+
+impl Future for ResponseFuture {
+    type Output = Result<Response, RelayError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let guard = this.guard.as_ref().expect("polled after completion");
+        let mut sh = lock(&guard.shared);
+        let key = guard.key;
+        let Some(slot) = sh.slots.get_mut(&key) else {
+            return Poll::Ready(Err(RelayError::WorkerGone));
+        };
+        if let Some(head) = slot.head.take() {
+            drop(sh);
+            let guard = this.guard.take().expect("checked");
+            return Poll::Ready(Ok(Response {
+                head,
+                body: ResponseBody { guard, done: false },
+            }));
+        }
+        if let Some(end) = slot.ended {
+            return Poll::Ready(Err(end.into()));
+        }
+        slot.head_waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+/// The response body: a [`Stream`] of [`Bytes`]. An `Err` item means the
+/// response failed and must be ended as failed (not completed).
+pub struct ResponseBody {
+    guard: Arc<Guard>,
+    done: bool,
+}
+
+impl Stream for ResponseBody {
+    type Item = Result<Bytes, BodyError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let mut sh = lock(&this.guard.shared);
+        let key = this.guard.key;
+        match sh.conn.read_body(key) {
+            BodyRead::Data(d) => {
+                sh.wake_driver();
+                Poll::Ready(Some(Ok(d)))
+            }
+            BodyRead::End => {
+                this.done = true;
+                sh.slots.remove(&key);
+                Poll::Ready(None)
+            }
+            BodyRead::Gone => {
+                this.done = true;
+                let end = sh.slots.remove(&key).and_then(|s| s.ended);
+                Poll::Ready(Some(Err(
+                    end.map_or(BodyError::ConnectionLost, BodyError::from)
+                )))
+            }
+            BodyRead::Pending => {
+                if let Some(s) = sh.slots.get_mut(&key) {
+                    s.read_waker = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The async layer driven by `futures::executor` (no tokio anywhere), over an
+//! in-memory socket made of two channels.
+
+use bytes::Bytes;
+use futures::channel::mpsc;
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+use futures::{Sink, SinkExt, Stream, StreamExt};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use worker_relay::frame::{Headers, Message, RequestHead, ResponseHead};
+use worker_relay::proto::{RelayConfig, WorkerConfig};
+use worker_relay::rt::{self, BodyError, RelayError, Sleep, Timer};
+
+/// One end of an in-memory WebSocket.
+struct MemSocket {
+    tx: mpsc::Sender<Message>,
+    rx: mpsc::Receiver<Message>,
+}
+
+fn socket_pair() -> (MemSocket, MemSocket) {
+    let (a_tx, b_rx) = mpsc::channel(4);
+    let (b_tx, a_rx) = mpsc::channel(4);
+    (
+        MemSocket { tx: a_tx, rx: a_rx },
+        MemSocket { tx: b_tx, rx: b_rx },
+    )
+}
+
+impl Stream for MemSocket {
+    type Item = Result<Message, mpsc::SendError>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_next_unpin(cx).map(|m| m.map(Ok))
+    }
+}
+
+impl Sink<Message> for MemSocket {
+    type Error = mpsc::SendError;
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.tx.poll_ready_unpin(cx)
+    }
+    fn start_send(mut self: Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
+        self.tx.start_send_unpin(item)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.tx.poll_flush_unpin(cx)
+    }
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.tx.poll_close_unpin(cx)
+    }
+}
+
+/// Timers from futures-timer: no runtime needed.
+struct FuturesTimer;
+
+impl Timer for FuturesTimer {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    fn sleep_until(&self, deadline: Instant) -> Sleep {
+        Box::pin(futures_timer::Delay::new(
+            deadline.saturating_duration_since(Instant::now()),
+        ))
+    }
+}
+
+fn head(method: &str, path: &str) -> RequestHead {
+    RequestHead::new(method, path, "", Headers::new()).unwrap()
+}
+
+/// A tiny app: /echo streams the body back, /fail-after sends a little then
+/// fails, /health answers at once, anything else fails before a response.
+async fn serve(mut incoming: rt::Incoming) {
+    let mut pool = Vec::new();
+    while let Some(req) = incoming.next().await {
+        pool.push(async move {
+            let rt::Request {
+                head,
+                mut body,
+                responder,
+                ..
+            } = req;
+            match head.path() {
+                "/echo" => {
+                    let mut sink = responder
+                        .respond(ResponseHead::new(200, Headers::new()).unwrap())
+                        .unwrap();
+                    while let Some(piece) = body.next().await {
+                        sink.send(piece.unwrap()).await.unwrap();
+                    }
+                    sink.close().await.unwrap();
+                }
+                "/health" => {
+                    let mut sink = responder
+                        .respond(ResponseHead::new(200, Headers::new()).unwrap())
+                        .unwrap();
+                    sink.send(Bytes::from_static(b"ok")).await.unwrap();
+                    sink.close().await.unwrap();
+                }
+                "/fail-after" => {
+                    let mut sink = responder
+                        .respond(ResponseHead::new(200, Headers::new()).unwrap())
+                        .unwrap();
+                    sink.send(Bytes::from_static(b"partial")).await.unwrap();
+                    sink.flush().await.unwrap();
+                    sink.fail();
+                }
+                _ => responder.fail(),
+            }
+        });
+        // Serve them one after another; fine for this test.
+        if let Some(f) = pool.pop() {
+            f.await;
+        }
+    }
+}
+
+#[test]
+fn echo_and_failures_on_futures_executor() {
+    let (relay_sock, worker_sock) = socket_pair();
+    let (handle, relay_driver) = rt::relay(relay_sock, FuturesTimer, RelayConfig::default());
+    let (incoming, worker_driver) = rt::worker(worker_sock, FuturesTimer, WorkerConfig::default());
+    let mut pool = LocalPool::new();
+    let sp = pool.spawner();
+    sp.spawn_local(async move {
+        let _ = relay_driver.await;
+    })
+    .unwrap();
+    sp.spawn_local(async move {
+        let _ = worker_driver.await;
+    })
+    .unwrap();
+    sp.spawn_local(serve(incoming)).unwrap();
+
+    let h = handle.clone();
+    pool.run_until(async move {
+        // 5 MiB echo: the body goes up and comes back byte-exact.
+        let body: Vec<u8> = (0..5 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let (mut sink, resp) = h.send_request(head("POST", "/echo")).unwrap();
+        let upload = async {
+            for piece in body.chunks(300_000) {
+                sink.send(Bytes::copy_from_slice(piece)).await.unwrap();
+            }
+            sink.close().await.unwrap();
+        };
+        let download = async {
+            let resp = resp.await.unwrap();
+            assert_eq!(resp.head.status(), 200);
+            let mut got = Vec::new();
+            let mut b = resp.body;
+            while let Some(p) = b.next().await {
+                got.extend_from_slice(&p.unwrap());
+            }
+            got
+        };
+        let ((), got) = futures::join!(upload, download);
+        assert!(got == body, "echo differs");
+
+        let resp = h.send_empty(head("GET", "/health")).unwrap().await.unwrap();
+        let got: Vec<Bytes> = resp.body.map(|r| r.unwrap()).collect().await;
+        assert_eq!(got.concat(), b"ok");
+
+        // Fails before the response: 500 with a short text body.
+        let resp = h
+            .send_empty(head("GET", "/fail-before"))
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(resp.head.status(), 500);
+
+        // Fails after: the body stream ends with an error, not a clean end.
+        let resp = h
+            .send_empty(head("GET", "/fail-after"))
+            .unwrap()
+            .await
+            .unwrap();
+        let items: Vec<Result<Bytes, BodyError>> = resp.body.collect().await;
+        assert_eq!(items.last(), Some(&Err(BodyError::Aborted)));
+    });
+
+    // Closing the connection: a new request fails as the worker being gone.
+    handle.close(worker_relay::frame::CloseCode::NORMAL, "bye");
+    pool.run_until_stalled();
+    assert!(matches!(
+        handle.send_request(head("GET", "/health")),
+        Err(RelayError::Stream(_))
+    ));
+    let _ = Duration::ZERO;
+}
