@@ -155,3 +155,77 @@ fn caller_abort_reaches_the_worker_app() {
         .iter()
         .any(|e| matches!(e, RelayEvent::Response { .. })));
 }
+
+mod keepalive {
+    use super::*;
+    use std::time::Duration;
+    use worker_relay::frame::Message;
+
+    fn pings(p: &Pair) -> usize {
+        p.worker_sent
+            .iter()
+            .filter(|m| matches!(m, Message::Ping(_)))
+            .count()
+    }
+
+    #[test]
+    fn the_worker_pings_every_20_s_and_a_pong_keeps_the_connection() {
+        let mut p = Pair::default_pair();
+        p.progress();
+        assert_eq!(pings(&p), 0);
+        assert_eq!(
+            p.worker.poll_timeout(),
+            Some(p.now + Duration::from_secs(20))
+        );
+        for n in 1..=5 {
+            p.advance(Duration::from_secs(20));
+            p.progress();
+            assert_eq!(pings(&p), n, "ping {n}");
+        }
+        assert!(!p.worker.is_closed());
+        assert!(
+            p.relay.poll_timeout().is_none(),
+            "the relay does not ping by default"
+        );
+    }
+
+    #[test]
+    fn a_missing_pong_closes_the_connection_after_20_s() {
+        let mut p = Pair::default_pair();
+        p.auto_pong = false;
+        p.advance(Duration::from_secs(20));
+        p.progress();
+        assert_eq!(pings(&p), 1);
+        p.advance(Duration::from_secs(19));
+        p.progress();
+        assert!(!p.worker.is_closed());
+        p.advance(Duration::from_secs(1));
+        p.progress();
+        assert!(p.worker.is_closed());
+        let Some(Message::Close(Some(c))) = p.worker_sent.last() else {
+            panic!("no close")
+        };
+        assert_eq!(c.code.0, 1011);
+    }
+
+    #[test]
+    fn a_long_upload_in_flight_does_not_delay_a_ping() {
+        let mut p = Pair::default_pair();
+        p.auto_read_worker = false; // the app is slow: the worker's socket stays paused
+        let k = p.relay.open_stream(post("/upload", None)).unwrap();
+        // Fill every queue with body.
+        for _ in 0..100 {
+            let _ = p.relay.send_body(k, pattern(1 << 20)).unwrap();
+            p.step();
+        }
+        let (wk, _) = p.worker_requests()[0].clone();
+        assert!(!p.worker.wants_read(), "upload is backed up");
+        // The worker's response is also in flight, large, to make the ping's path busy.
+        p.worker.respond(wk, ok_head()).unwrap();
+        let _ = p.worker.send_body(wk, pattern(2 << 20)).unwrap();
+        p.advance(Duration::from_secs(20));
+        // The very next message the worker emits is the ping, ahead of queued body chunks.
+        let next = p.worker.poll_transmit();
+        assert!(matches!(next, Some(Message::Ping(_))), "{next:?}");
+    }
+}

@@ -91,6 +91,15 @@ impl Outbound {
         });
     }
 
+    /// Queues a message ahead of everything (a keepalive ping).
+    pub fn push_urgent(&mut self, msg: Message) {
+        self.control.push_front(Control {
+            msg,
+            key: None,
+            ends: false,
+        });
+    }
+
     /// Queues a control frame of stream `key` (a head) that an abort drops.
     pub fn push_stream_control(&mut self, key: StreamKey, frame: &ControlFrame) {
         self.control.push_back(Control {

@@ -4,6 +4,7 @@
 use super::inbound::{BodyRead, InBody};
 use super::outbound::{Outbound, SendAbort};
 use super::{HandleError, Stats, StreamError, StreamKey};
+use crate::connect::{Keepalive, KeepaliveConfig};
 use crate::frame::{
     self, CloseCode, CloseFrame, ControlFrame, Decoded, FrameError, Headers, Message, RequestHead,
     ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
@@ -29,6 +30,9 @@ pub struct WorkerConfig {
     pub max_queued: usize,
     /// Largest body chunk emitted. Default and maximum 1 MiB.
     pub chunk_size: usize,
+    /// Pings and the pong deadline (spec: every 20 s, dead after 20 s without
+    /// a pong). Armed by the first `handle_timeout(now)`. Default: on, with the spec's values.
+    pub keepalive: Option<KeepaliveConfig>,
 }
 
 impl Default for WorkerConfig {
@@ -40,6 +44,7 @@ impl Default for WorkerConfig {
             max_queued_per_stream: 2 << 20,
             max_queued: 8 << 20,
             chunk_size: MAX_CHUNK_BODY,
+            keepalive: Some(KeepaliveConfig::default()),
         }
     }
 }
@@ -129,6 +134,7 @@ pub struct WorkerConnection {
     closing: Option<Message>,
     closed: bool,
     unread_bytes: usize,
+    keepalive: Option<Keepalive>,
     stats: Stats,
 }
 
@@ -156,6 +162,7 @@ impl WorkerConnection {
             closing: None,
             closed: false,
             unread_bytes: 0,
+            keepalive: None,
             stats: Stats::default(),
         }
     }
@@ -209,7 +216,7 @@ impl WorkerConnection {
     /// Malformed frames, frames of unknown type and frames for a stream that
     /// is not open are ignored (counted in [`Stats::messages_ignored`]). A
     /// message over 1 MiB + 4 bytes closes the connection with 1009.
-    pub fn handle_message(&mut self, msg: Message, _now: Instant) -> Result<(), HandleError> {
+    pub fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
         if self.closed {
             return Ok(());
         }
@@ -224,7 +231,14 @@ impl WorkerConnection {
                 self.lose();
                 return Ok(());
             }
-            Message::Ping(_) | Message::Pong(_) => return Ok(()),
+            Message::Pong(p) => {
+                if let Some(ka) = self.keepalive.as_mut() {
+                    ka.handle_pong(now, &p);
+                }
+                return Ok(());
+            }
+            // The WebSocket library answers pings.
+            Message::Ping(_) => return Ok(()),
             Message::Text(t) => frame::decode_text(&t),
             Message::Binary(b) => frame::decode_binary(b),
         };
@@ -246,9 +260,27 @@ impl WorkerConnection {
         self.lose();
     }
 
-    /// Advances time. The state machine has no timers of its own yet, so
-    /// this is a no-op kept for the run loop's shape.
-    pub fn handle_timeout(&mut self, _now: Instant) {}
+    /// Advances time to `now`: arms the keepalive on the first call, emits a
+    /// ping when one is due (ahead of queued body chunks), and closes the
+    /// connection (1011) when a pong is overdue. Extra calls are harmless.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.closed {
+            return;
+        }
+        let Some(cfg) = self.config.keepalive else {
+            return;
+        };
+        let ka = self
+            .keepalive
+            .get_or_insert_with(|| Keepalive::new(cfg, now));
+        ka.handle_timeout(now);
+        if let Some(ping) = ka.poll_ping() {
+            self.out.push_urgent(ping);
+        }
+        if ka.is_dead() {
+            self.close_with(Keepalive::CLOSE_CODE, Keepalive::CLOSE_REASON);
+        }
+    }
 
     // ----- application commands -----
 
@@ -424,7 +456,10 @@ impl WorkerConnection {
 
     /// When `handle_timeout` wants to be called next (`None`: no timer).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        None
+        if self.closed {
+            return None;
+        }
+        self.keepalive.as_ref().and_then(Keepalive::poll_timeout)
     }
 
     // ----- internals -----

@@ -70,6 +70,7 @@ pub(crate) struct Io<S, T> {
     pending: Option<Message>,
     flushed: bool,
     eof: bool,
+    started: bool,
 }
 
 /// What one pass of [`Io::poll_io`] did.
@@ -95,12 +96,18 @@ where
             pending: None,
             flushed: true,
             eof: false,
+            started: false,
         }
     }
 
     /// One pass over the socket and the timer.
     pub fn poll_io<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> Pass<E> {
         let mut progress = false;
+        if !self.started {
+            // Arms the machine's timers (the keepalive).
+            self.started = true;
+            m.handle_timeout(self.timer.now());
+        }
 
         // Transmit.
         loop {

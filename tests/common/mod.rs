@@ -27,6 +27,8 @@ pub struct Pair {
     /// Every message the worker emitted, in order.
     pub worker_sent: Vec<Message>,
     pub record: bool,
+    /// Answer pings with pongs, as a WebSocket library does.
+    pub auto_pong: bool,
     /// Read every worker request body as it arrives (into `worker_bodies`).
     pub auto_read_worker: bool,
     /// Read every relay response body as it arrives (into `relay_bodies`).
@@ -36,11 +38,14 @@ pub struct Pair {
 }
 
 impl Pair {
-    pub fn new(relay: RelayConnection, worker: WorkerConnection) -> Pair {
+    pub fn new(mut relay: RelayConnection, mut worker: WorkerConnection) -> Pair {
+        let now = Instant::now();
+        relay.handle_timeout(now);
+        worker.handle_timeout(now);
         Pair {
             relay,
             worker,
-            now: Instant::now(),
+            now,
             to_worker: VecDeque::new(),
             to_relay: VecDeque::new(),
             window: 4,
@@ -49,6 +54,7 @@ impl Pair {
             relay_sent: Vec::new(),
             worker_sent: Vec::new(),
             record: true,
+            auto_pong: true,
             auto_read_worker: true,
             auto_read_relay: true,
             worker_bodies: HashMap::new(),
@@ -88,6 +94,10 @@ impl Pair {
             let Some(m) = self.to_worker.pop_front() else {
                 break;
             };
+            if let (Message::Ping(p), true) = (&m, self.auto_pong) {
+                // The worker's WebSocket library answers.
+                self.to_relay.push_back(Message::Pong(p.clone()));
+            }
             self.worker
                 .handle_message(m, self.now)
                 .expect("worker wanted to read");
@@ -97,6 +107,10 @@ impl Pair {
             let Some(m) = self.to_relay.pop_front() else {
                 break;
             };
+            if let (Message::Ping(p), true) = (&m, self.auto_pong) {
+                // The relay's WebSocket library answers.
+                self.to_worker.push_back(Message::Pong(p.clone()));
+            }
             self.relay
                 .handle_message(m, self.now)
                 .expect("relay wanted to read");
