@@ -372,11 +372,10 @@ impl WorkerConnection {
             Resp::Finished => Ok(()),
             Resp::NotStarted => {
                 const BODY: &[u8] = b"Internal Server Error";
-                let headers = Headers::try_from_pairs([
-                    ("content-type", "text/plain; charset=utf-8".to_string()),
-                    ("content-length", BODY.len().to_string()),
-                ])
-                .expect("static headers are valid");
+                // Exactly what Strata's worker sends (no content-length).
+                let headers =
+                    Headers::try_from_pairs([("content-type", "text/plain; charset=utf-8")])
+                        .expect("static headers are valid");
                 let head = ResponseHead::new(500, headers).expect("500 is valid");
                 self.respond(key, head)?;
                 self.send_body(key, Bytes::from_static(BODY))?;
