@@ -433,3 +433,30 @@ fn unknown_types_and_ids_and_garbage_are_ignored() {
         })
     ));
 }
+
+#[test]
+fn after_a_started_response_fails_what_arrived_is_still_read_then_gone() {
+    let mut r = RelayConnection::default();
+    let k = r.open_stream(get("/fail-after")).unwrap();
+    r.finish(k).unwrap();
+    drain(&mut r);
+    feed(&mut r, resp(1));
+    r.handle_message(
+        Message::Binary(Bytes::from_static(b"\0\0\0\x01part")),
+        now(),
+    )
+    .unwrap();
+    feed(&mut r, ControlFrame::Abort { id: id(1) });
+    let evs: Vec<RelayEvent> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(evs.contains(&RelayEvent::Ended {
+        key: k,
+        reason: RelayEnd::WorkerAborted,
+        response_started: true
+    }));
+    assert_eq!(
+        relay_read_all(&mut r, k),
+        (b"part".to_vec(), BodyRead::Gone)
+    );
+    assert_eq!(r.open_streams(), 0, "forgotten once the failure was read");
+    assert_eq!(r.stats().body_buffered_in, 0);
+}

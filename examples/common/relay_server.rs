@@ -264,10 +264,18 @@ async fn forward(relay: Arc<Relay>, req: Request<Incoming>) -> Response<Body> {
             )
         }
     };
-    let body = StreamBody::new(
-        resp.body
-            .map(|r| r.map(Frame::data).map_err(|e| Box::new(e) as BoxError)),
-    );
+    // A failed body ends the caller's response as failed (hyper closes the
+    // connection mid-body). Before the error, let hyper flush what arrived,
+    // so the caller sees the response start and the bytes the worker sent.
+    let body = StreamBody::new(resp.body.then(|r| async move {
+        match r {
+            Ok(data) => Ok(Frame::data(data)),
+            Err(e) => {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                Err(Box::new(e) as BoxError)
+            }
+        }
+    }));
     builder
         .body(BodyExt::boxed(body))
         .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, "bad response"))

@@ -84,6 +84,14 @@ impl InBody {
         self.clear()
     }
 
+    /// The body will not complete, but what arrived stays readable: reads
+    /// return it, then `Gone`.
+    pub fn fail_after_data(&mut self) {
+        if self.state != State::Discarding {
+            self.state = State::Gone;
+        }
+    }
+
     /// The application will not read the rest: drop what is held and what
     /// arrives later. Returns the bytes dropped.
     pub fn discard(&mut self) -> usize {
@@ -131,6 +139,17 @@ mod tests {
         assert_eq!(b.read(), BodyRead::Data(Bytes::from_static(b"c")));
         assert_eq!(b.read(), BodyRead::End);
         assert_eq!(b.push(Bytes::from_static(b"late")), 0);
+    }
+
+    #[test]
+    fn fail_after_data_keeps_what_arrived() {
+        let mut b = InBody::new();
+        b.push(Bytes::from_static(b"ab"));
+        b.fail_after_data();
+        assert!(!b.is_open());
+        assert_eq!(b.push(Bytes::from_static(b"late")), 0);
+        assert_eq!(b.read(), BodyRead::Data(Bytes::from_static(b"ab")));
+        assert_eq!(b.read(), BodyRead::Gone);
     }
 
     #[test]

@@ -500,11 +500,14 @@ impl RelayConnection {
         let (id, started) = (s.id, s.response_started);
         self.ids.remove(&id);
         self.out.abort(key, id, send_abort);
-        if reason.is_failure() {
+        if !reason.is_failure() {
+            s.body.end();
+        } else if started {
+            // The caller gets what arrived, then the failure.
+            s.body.fail_after_data();
+        } else {
             let s = self.streams.remove(&key).expect("in flight");
             self.unread_bytes -= s.body.bytes();
-        } else {
-            s.body.end();
         }
         self.stats.streams_closed += 1;
         self.events.push_back(RelayEvent::Ended {
@@ -512,7 +515,7 @@ impl RelayConnection {
             reason,
             response_started: started,
         });
-        if !reason.is_failure() {
+        if !reason.is_failure() || started {
             self.events.push_back(RelayEvent::Readable { key });
         }
     }

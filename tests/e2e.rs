@@ -1,0 +1,417 @@
+//! End to end, over real loopback sockets, with the examples' stacks: the
+//! relay and worker code of `examples/` and a real HTTP client (hyper).
+
+#[path = "../examples/common/client.rs"]
+mod client;
+#[path = "../examples/common/relay_server.rs"]
+mod relay_server;
+#[path = "e2e/support.rs"]
+mod support;
+#[path = "../examples/common/worker_app.rs"]
+mod worker_app;
+#[path = "../examples/common/ws.rs"]
+mod ws;
+
+use bytes::Bytes;
+use client::request;
+use sha2::{Digest, Sha256};
+use std::time::{Duration, Instant};
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+async fn bounded<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .expect("test took too long")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_through_relay_and_worker() {
+    bounded(async {
+        let (addr, _relay) = in_process_stack().await;
+        let a = auth();
+        let h = [("authorization", a.as_str())];
+
+        let r = request(addr, "GET", "/w/abc/health", &h, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!((r.status, &r.body[..]), (200, &br#"{"status":"ok"}"#[..]));
+        assert_eq!(r.headers["content-type"], "application/json");
+
+        let r = request(
+            addr,
+            "POST",
+            "/w/abc/echo",
+            &[h[0], ("content-type", "text/x-test")],
+            Bytes::from_static(b"hello"),
+        )
+        .await
+        .unwrap();
+        assert_eq!((r.status, &r.body[..]), (200, &b"hello"[..]));
+        assert_eq!(r.headers["content-type"], "text/x-test");
+
+        let body = pattern(3 << 20);
+        let r = request(addr, "POST", "/w/abc/sha256", &h, body.clone())
+            .await
+            .unwrap();
+        let want: String = Sha256::digest(&body)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            String::from_utf8_lossy(&r.body),
+            format!("{want} {}", body.len())
+        );
+        assert_eq!(r.headers["content-type"], "text/plain");
+
+        let r = request(addr, "GET", "/w/abc/bytes?n=1000", &h, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.headers["content-length"], "1000");
+        assert_eq!(r.body, pattern(1000));
+
+        let t = Instant::now();
+        let r = request(addr, "GET", "/w/abc/sleep?ms=300", &h, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        assert!(t.elapsed() >= Duration::from_millis(300));
+
+        let r = request(addr, "GET", "/w/abc/fail-before", &h, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            (r.status, &r.body[..]),
+            (500, &b"Internal Server Error"[..])
+        );
+
+        let r = request(addr, "GET", "/w/abc/fail-after?n=1234", &h, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        assert!(
+            !r.complete,
+            "a response failed after it started must not complete"
+        );
+        assert_eq!(
+            r.body.len(),
+            1234,
+            "the bytes sent before the failure arrive"
+        );
+
+        let r = request(addr, "GET", "/w/abc/nope", &h, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 404);
+
+        // Relay-level answers.
+        let r = request(addr, "GET", "/w/zzz/health", &h, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 404, "unknown worker id");
+        let r = request(addr, "GET", "/w/idle/health", &h, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 503, "known worker, not connected");
+        let r = request(addr, "GET", "/w/abc/../idle/health", &h, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 400, "dot segments are refused");
+        let r = request(addr, "GET", "/elsewhere", &h, Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 404);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_sizes_both_ways() {
+    bounded(async {
+        let (addr, _relay) = in_process_stack().await;
+        let a = auth();
+        let h = [("authorization", a.as_str())];
+        for n in [0usize, 1 << 20, (1 << 20) + 1, 64 << 20] {
+            let body = pattern(n);
+            let r = request(addr, "POST", "/w/abc/echo", &h, body.clone())
+                .await
+                .unwrap();
+            assert_eq!(r.status, 200, "echo {n}");
+            assert!(r.complete);
+            assert_eq!(r.body.len(), n, "echo {n}");
+            assert!(r.body == body, "echo {n} differs");
+            let r = request(
+                addr,
+                "GET",
+                &format!("/w/abc/bytes?n={n}"),
+                &h,
+                Bytes::new(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(r.body.len(), n, "bytes {n}");
+            assert!(r.body == body, "bytes {n} differs");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_requests() {
+    bounded(async {
+        let (addr, _relay) = in_process_stack().await;
+        let mut tasks = Vec::new();
+        for i in 0..50usize {
+            tasks.push(tokio::spawn(async move {
+                let a = auth();
+                let body = pattern(1000 + i * 997);
+                let r = request(
+                    addr,
+                    "POST",
+                    "/w/abc/echo",
+                    &[("authorization", a.as_str())],
+                    body.clone(),
+                )
+                .await
+                .unwrap();
+                assert_eq!(r.status, 200);
+                assert!(r.body == body, "request {i} got another's body");
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_or_wrong_worker_token_is_401_without_reading_the_body() {
+    bounded(async {
+        let (addr, _relay) = in_process_stack().await;
+        let r = request(addr, "GET", "/w/abc/health", &[], Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(r.status, 401);
+        let r = request(
+            addr,
+            "POST",
+            "/w/abc/echo",
+            &[("authorization", "Bearer wrong")],
+            pattern(8 << 20),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 401);
+        // The connection still serves.
+        let a = auth();
+        let r = request(
+            addr,
+            "GET",
+            "/w/abc/health",
+            &[("authorization", a.as_str())],
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200);
+    })
+    .await;
+}
+
+/// Real processes from here on: the relay and worker examples themselves.
+#[test]
+fn caller_disconnect_reaches_the_worker_as_abort() {
+    let port = free_port();
+    let _relay = relay_process(port);
+    let worker = worker_process(port, CONNECT_TOKEN);
+    assert!(
+        worker.wait_log("connected to", Duration::from_secs(20)),
+        "{}",
+        worker.log()
+    );
+    // Send a request by hand and hang up before the answer.
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "GET /w/abc/sleep?ms=20000 HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\n\r\n",
+        auth()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(s);
+    assert!(
+        worker.wait_log("the client has gone", Duration::from_secs(10)),
+        "abort did not reach the worker app: {}",
+        worker.log()
+    );
+}
+
+#[test]
+fn worker_killed_mid_request_is_502() {
+    let port = free_port();
+    let _relay = relay_process(port);
+    let mut worker = worker_process(port, CONNECT_TOKEN);
+    assert!(
+        worker.wait_log("connected to", Duration::from_secs(20)),
+        "{}",
+        worker.log()
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let answer = rt.block_on(async {
+        let a = auth();
+        let req = tokio::spawn(async move {
+            request(
+                addr,
+                "GET",
+                "/w/abc/sleep?ms=20000",
+                &[("authorization", a.as_str())],
+                Bytes::new(),
+            )
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        worker.kill();
+        tokio::time::timeout(Duration::from_secs(30), req)
+            .await
+            .expect("no answer")
+            .unwrap()
+            .unwrap()
+    });
+    assert_eq!(answer.status, 502);
+}
+
+#[test]
+fn relay_restarted_worker_reconnects_and_serves_again() {
+    let port = free_port();
+    let mut relay = relay_process(port);
+    let worker = worker_process(port, CONNECT_TOKEN);
+    assert!(
+        worker.wait_log("connected to", Duration::from_secs(20)),
+        "{}",
+        worker.log()
+    );
+    relay.kill();
+    assert!(
+        worker.wait_log("reconnecting in", Duration::from_secs(10)),
+        "{}",
+        worker.log()
+    );
+    let _relay = relay_process(port);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let status = rt.block_on(async {
+        let end = Instant::now() + Duration::from_secs(60);
+        loop {
+            let a = auth();
+            let r = request(
+                addr,
+                "GET",
+                "/w/abc/health",
+                &[("authorization", a.as_str())],
+                Bytes::new(),
+            )
+            .await;
+            if let Ok(r) = &r {
+                if r.status == 200 {
+                    return 200;
+                }
+            }
+            assert!(
+                Instant::now() < end,
+                "worker did not come back: {}",
+                worker.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn wrong_connect_token_makes_the_worker_exit_1() {
+    let port = free_port();
+    let relay = relay_process(port);
+    let mut worker = worker_process(port, "ct-not-the-right-token");
+    assert_eq!(
+        worker.wait_exit(Duration::from_secs(30)),
+        Some(1),
+        "{}",
+        worker.log()
+    );
+    assert!(worker.log().contains("401"), "{}", worker.log());
+    assert!(relay.wait_log("refused a worker", Duration::from_secs(5)));
+    // Neither process ever prints a token.
+    for log in [relay.log(), worker.log()] {
+        assert!(
+            !log.contains("ct-not-the-right-token")
+                && !log.contains(CONNECT_TOKEN)
+                && !log.contains(WORKER_TOKEN),
+            "{log}"
+        );
+    }
+}
+
+#[test]
+fn worker_wipes_its_tokens_from_its_environment() {
+    let port = free_port();
+    let _relay = relay_process(port);
+    let worker = worker_process(port, CONNECT_TOKEN);
+    assert!(
+        worker.wait_log("connected to", Duration::from_secs(20)),
+        "{}",
+        worker.log()
+    );
+    let environ = std::fs::read(format!("/proc/{}/environ", worker.child.id())).unwrap();
+    let has = |needle: &str| {
+        environ
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+    };
+    assert!(
+        !has(CONNECT_TOKEN),
+        "connect token readable in /proc/<pid>/environ"
+    );
+    assert!(
+        !has(WORKER_TOKEN),
+        "worker token readable in /proc/<pid>/environ"
+    );
+    // And it never went on the command line.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", worker.child.id())).unwrap();
+    assert!(!cmdline
+        .windows(10)
+        .any(|w| w == &CONNECT_TOKEN.as_bytes()[..10]));
+}
+
+#[test]
+fn a_new_connection_with_the_same_token_replaces_the_old() {
+    let port = free_port();
+    let relay = relay_process(port);
+    let first = worker_process(port, CONNECT_TOKEN);
+    assert!(
+        first.wait_log("connected to", Duration::from_secs(20)),
+        "{}",
+        first.log()
+    );
+    let second = worker_process(port, CONNECT_TOKEN);
+    assert!(
+        second.wait_log("connected to", Duration::from_secs(20)),
+        "{}",
+        second.log()
+    );
+    assert!(
+        relay.wait_log("closing its previous connection", Duration::from_secs(10)),
+        "{}",
+        relay.log()
+    );
+    assert!(
+        first.wait_log("closed the connection", Duration::from_secs(10))
+            || first.wait_log("lost the relay", Duration::from_secs(1)),
+        "{}",
+        first.log()
+    );
+}

@@ -1,0 +1,191 @@
+//! Processes and in-process stacks for the end-to-end tests.
+#![allow(dead_code)]
+
+use crate::{relay_server, worker_app};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use worker_relay::connect::{Token, TokenTable, WorkerId};
+
+pub const CONNECT_TOKEN: &str = "ct-0123456789abcdef0123456789abcdef";
+pub const WORKER_TOKEN: &str = "wt-fedcba9876543210fedcba9876543210";
+
+/// An example binary built by `cargo test` (target/<profile>/examples/<name>).
+pub fn example_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let bin = dir.join("examples").join(name);
+    assert!(
+        bin.exists(),
+        "{} not built: run `cargo test` (it builds the examples)",
+        bin.display()
+    );
+    bin
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed on drop, with its stderr collected.
+pub struct Proc {
+    pub child: Child,
+    pub stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    pub fn spawn(mut cmd: Command) -> Proc {
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
+        let mut child = cmd.spawn().expect("spawn");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let err = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Proc { child, stderr }
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+
+    /// Waits (bounded) until a stderr line contains `needle`.
+    pub fn wait_log(&self, needle: &str, within: Duration) -> bool {
+        let end = Instant::now() + within;
+        while Instant::now() < end {
+            if self
+                .stderr
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains(needle))
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Waits (bounded) for the exit status.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let end = Instant::now() + within;
+        while Instant::now() < end {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A tokens file in a fresh temp dir.
+pub fn tokens_file(lines: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "worker-relay-e2e-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tokens.txt");
+    std::fs::write(&path, lines).unwrap();
+    path
+}
+
+/// The relay example as a process on `port`; returns once it accepts connections.
+pub fn relay_process(port: u16) -> Proc {
+    let tokens = tokens_file(&format!(
+        "# e2e\n\nabc {CONNECT_TOKEN}\nidle ct-idle-worker-token\n"
+    ));
+    let mut cmd = Command::new(example_bin("relay"));
+    cmd.arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--tokens")
+        .arg(&tokens);
+    let p = Proc::spawn(cmd);
+    let end = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < end, "relay did not start: {}", p.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p
+}
+
+/// The worker example as a process, tokens in its environment only.
+pub fn worker_process(port: u16, connect_token: &str) -> Proc {
+    let mut cmd = Command::new(example_bin("worker"));
+    cmd.arg("--connect")
+        .arg(format!("ws://127.0.0.1:{port}/connect"))
+        .env("STRATA_WORKER_CONNECT_TOKEN", connect_token)
+        .env("STRATA_WORKER_TOKEN", WORKER_TOKEN);
+    Proc::spawn(cmd)
+}
+
+/// A relay and a worker in this process (the examples' code), on a fresh port.
+pub async fn in_process_stack() -> (SocketAddr, Arc<relay_server::Relay>) {
+    let mut table = TokenTable::new();
+    table
+        .insert(
+            WorkerId::new("abc").unwrap(),
+            Token::new(CONNECT_TOKEN).unwrap(),
+        )
+        .unwrap();
+    table
+        .insert(
+            WorkerId::new("idle").unwrap(),
+            Token::new("ct-idle-worker-token").unwrap(),
+        )
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let relay = relay_server::Relay::new(table);
+    tokio::spawn(relay_server::serve(listener, relay.clone()));
+    tokio::spawn(worker_app::run(worker_app::WorkerOptions {
+        connect_url: format!("ws://{addr}/connect"),
+        connect_token: Some(Token::new(CONNECT_TOKEN).unwrap()),
+        worker_token: Some(Token::new(WORKER_TOKEN).unwrap()),
+        name: "e2e-worker".into(),
+    }));
+    wait_connected(&relay, "abc").await;
+    (addr, relay)
+}
+
+pub async fn wait_connected(relay: &relay_server::Relay, id: &str) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !relay.is_connected(id) {
+        assert!(Instant::now() < end, "worker {id} did not connect");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub fn auth() -> String {
+    format!("Bearer {WORKER_TOKEN}")
+}
+
+pub fn pattern(n: usize) -> bytes::Bytes {
+    (0..n).map(|i| (i % 251) as u8).collect::<Vec<u8>>().into()
+}
