@@ -229,3 +229,48 @@ mod keepalive {
         assert!(matches!(next, Some(Message::Ping(_))), "{next:?}");
     }
 }
+
+mod keepalive_backpressure {
+    use super::*;
+    use std::time::Duration;
+    use worker_relay::frame::Message;
+
+    #[test]
+    fn pings_go_on_while_reading_is_paused_and_the_connection_survives() {
+        let mut p = Pair::default_pair();
+        p.auto_read_worker = false; // a slow app: the worker stops reading
+        let k = p.relay.open_stream(post("/upload", None)).unwrap();
+        for _ in 0..100 {
+            let _ = p.relay.send_body(k, pattern(1 << 20)).unwrap();
+            p.step();
+        }
+        assert!(!p.worker.wants_read());
+        // A minute of stall: pings still go out, the pong waits unread.
+        for _ in 0..6 {
+            p.advance(Duration::from_secs(10));
+            p.progress();
+        }
+        assert!(!p.worker.is_closed(), "closed by its own backpressure");
+        assert!(p.worker_sent.iter().any(|m| matches!(m, Message::Ping(_))));
+        // The app reads again: the pong is read and the connection lives on.
+        let (wk, _) = p.worker_requests()[0].clone();
+        for _ in 0..10_000 {
+            let (_, last) = worker_read_all(&mut p.worker, wk);
+            if last != BodyRead::Pending || !p.step() {
+                break;
+            }
+        }
+        p.advance(Duration::from_secs(15));
+        p.progress();
+        assert!(!p.worker.is_closed());
+        // And a peer that really stops answering still gets the connection closed.
+        p.auto_pong = false;
+        p.relay.abort(k);
+        p.progress();
+        for _ in 0..8 {
+            p.advance(Duration::from_secs(10));
+            p.progress();
+        }
+        assert!(p.worker.is_closed());
+    }
+}

@@ -198,6 +198,20 @@ impl Keepalive {
         }
     }
 
+    /// Restarts the outstanding ping's pong deadline at `now`. A state
+    /// machine calls this while it has stopped reading the socket for
+    /// backpressure: the pong may be sitting unread behind body chunks, which
+    /// is not the peer's fault.
+    pub fn extend_deadline(&mut self, now: Instant) {
+        let now = self.advance(now);
+        if self.dead {
+            return;
+        }
+        if let Some(out) = self.outstanding.as_mut() {
+            out.deadline = now.checked_add(self.config.timeout);
+        }
+    }
+
     /// The ping to send, if one was produced (a [`Message::Ping`]).
     pub fn poll_ping(&mut self) -> Option<Message> {
         self.queued
@@ -470,4 +484,20 @@ mod tests {
         assert!(ka.is_dead());
         assert_eq!(now - t0, secs(64));
     }
+
+    #[test]
+    fn extend_deadline_restarts_the_pong_window() {
+        let t0 = Instant::now();
+        let mut ka = Keepalive::new(KeepaliveConfig::default(), t0);
+        ka.handle_timeout(t0 + secs(20));
+        let p = ping_payload(&mut ka);
+        ka.extend_deadline(t0 + secs(35));
+        assert_eq!(ka.poll_timeout(), Some(t0 + secs(55)));
+        ka.handle_timeout(t0 + secs(40));
+        assert!(!ka.is_dead(), "the old deadline no longer applies");
+        ka.handle_pong(t0 + secs(50), &p);
+        assert!(!ka.awaiting_pong());
+        assert!(!ka.is_dead());
+    }
+
 }

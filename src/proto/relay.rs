@@ -287,9 +287,15 @@ impl RelayConnection {
         let Some(cfg) = self.config.keepalive else {
             return;
         };
+        let paused = !self.wants_read();
         let ka = self
             .keepalive
             .get_or_insert_with(|| Keepalive::new(cfg, now));
+        if paused {
+            // We stopped reading for backpressure: the pong may be waiting
+            // unread behind body chunks. Not the peer's fault; keep waiting.
+            ka.extend_deadline(now);
+        }
         ka.handle_timeout(now);
         if let Some(ping) = ka.poll_ping() {
             self.out.push_urgent(ping);
