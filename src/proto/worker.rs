@@ -239,7 +239,13 @@ impl WorkerConnection {
             }
             // The WebSocket library answers pings.
             Message::Ping(_) => return Ok(()),
-            Message::Text(t) => frame::decode_text(&t),
+            Message::Text(t) => match frame::decode_text(&t) {
+                Err(e) if !matches!(e, FrameError::TooLarge { .. }) => {
+                    self.on_bad_text(&t, &e);
+                    return Ok(());
+                }
+                other => other,
+            },
             Message::Binary(b) => frame::decode_binary(b),
         };
         match decoded {
@@ -509,6 +515,41 @@ impl WorkerConnection {
             },
             ControlFrame::Response { .. } => self.stats.messages_ignored += 1,
         }
+    }
+
+    /// A text frame that does not decode. Ignored, as Strata's worker ignores
+    /// it, except a `request` whose id is usable but whose other fields are
+    /// not (a header with CR/LF, a path without `/`, …): that one is answered
+    /// 400, so the relay's caller gets an answer instead of waiting forever.
+    fn on_bad_text(&mut self, text: &str, err: &FrameError) {
+        self.stats.messages_ignored += 1;
+        let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(text)
+        else {
+            return;
+        };
+        if obj.get("type").and_then(|t| t.as_str()) != Some("request") {
+            return;
+        }
+        let Some(id) = obj
+            .get("id")
+            .and_then(|v| v.as_u64())
+            .and_then(|v| u32::try_from(v).ok())
+            .and_then(StreamId::new)
+        else {
+            return;
+        };
+        if self.ids.contains_key(&id) {
+            return;
+        }
+        let body = format!("Bad Request: {err}");
+        let headers = Headers::try_from_pairs([("content-type", "text/plain; charset=utf-8")])
+            .expect("static headers are valid");
+        let head = ResponseHead::new(400, headers).expect("valid");
+        self.out
+            .push_control(ControlFrame::Response { id, head }.to_message());
+        self.out
+            .push_control(Message::Binary(frame::encode_chunk(id, body.as_bytes())));
+        self.out.push_control(ControlFrame::End { id }.to_message());
     }
 
     fn on_request(&mut self, id: StreamId, head: RequestHead) {
