@@ -499,5 +499,4 @@ mod tests {
         assert!(!ka.awaiting_pong());
         assert!(!ka.is_dead());
     }
-
 }

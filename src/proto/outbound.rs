@@ -109,6 +109,16 @@ impl Outbound {
         });
     }
 
+    /// Queues a message of stream `key` among the control messages (a tiny
+    /// body that must not wait for, or be refused by, the body queue).
+    pub fn push_stream_message(&mut self, key: StreamKey, msg: Message) {
+        self.control.push_back(Control {
+            msg,
+            key: Some(key),
+            ends: false,
+        });
+    }
+
     /// Queues a control frame of `key` whose emission ends the stream's output.
     fn push_end(&mut self, key: StreamKey, frame: ControlFrame) {
         self.control.push_back(Control {

@@ -71,6 +71,18 @@ impl RelayEnd {
     }
 }
 
+impl RelayEvent {
+    /// The stream the event is about.
+    pub fn key(&self) -> StreamKey {
+        match self {
+            RelayEvent::Response { key, .. }
+            | RelayEvent::Readable { key }
+            | RelayEvent::Writable { key }
+            | RelayEvent::Ended { key, .. } => *key,
+        }
+    }
+}
+
 /// What a [`RelayConnection`] tells the application.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -412,6 +424,7 @@ impl RelayConnection {
         let Some(s) = self.streams.remove(&key) else {
             return;
         };
+        self.events.retain(|e| e.key() != key);
         self.unread_bytes -= s.body.bytes();
         if s.on_wire {
             self.ids.remove(&s.id);
@@ -463,6 +476,11 @@ impl RelayConnection {
 
     /// The next event for the application.
     pub fn poll_event(&mut self) -> Option<RelayEvent> {
+        // Room freed by a dropped queue (an abort, the worker's early answer)
+        // wakes refused senders even when nothing is transmitted.
+        for key in self.out.take_writable() {
+            self.events.push_back(RelayEvent::Writable { key });
+        }
         self.events.pop_front()
     }
 
@@ -482,6 +500,11 @@ impl RelayConnection {
 
     // ----- internals -----
 
+    /// The next free id after the last one handed out, wrapping at
+    /// 2³²−1 and skipping ids in flight. Ids are not reused as soon as they
+    /// are freed: after an `abort` the worker may still have frames of the
+    /// old stream on the wire, and Strata's worker keeps an id busy until
+    /// its app returns (a reused id would be silently ignored there).
     fn alloc_id(&self) -> StreamId {
         let mut id = self.next_id;
         // At most `max_streams` ids are taken, so this ends within that many steps.

@@ -389,9 +389,18 @@ impl WorkerConnection {
                     Headers::try_from_pairs([("content-type", "text/plain; charset=utf-8")])
                         .expect("static headers are valid");
                 let head = ResponseHead::new(500, headers).expect("500 is valid");
-                self.respond(key, head)?;
-                self.send_body(key, Bytes::from_static(BODY))?;
-                self.finish(key)
+                s.resp = Resp::Finished;
+                let id = s.id;
+                self.discard_body(key);
+                // Head, body and end as control messages: 21 bytes, never
+                // refused (or cut) by a full body queue.
+                self.out
+                    .push_stream_control(key, &ControlFrame::Response { id, head });
+                self.out
+                    .push_stream_message(key, Message::Binary(frame::encode_chunk(id, BODY)));
+                self.out.open(key, id);
+                self.out.finish(key);
+                Ok(())
             }
             Resp::Started => {
                 s.resp = Resp::Finished;
@@ -462,6 +471,11 @@ impl WorkerConnection {
 
     /// The next event for the application.
     pub fn poll_event(&mut self) -> Option<WorkerEvent> {
+        // Room freed by a dropped queue (an abort, an early answer) wakes
+        // refused senders even when nothing is transmitted.
+        for key in self.out.take_writable() {
+            self.events.push_back(WorkerEvent::Writable { key });
+        }
         self.events.pop_front()
     }
 
