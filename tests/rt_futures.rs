@@ -188,3 +188,66 @@ fn echo_and_failures_on_futures_executor() {
     ));
     let _ = Duration::ZERO;
 }
+
+/// Backpressure end to end: while the worker's app does not read, the relay's
+/// request sink stops taking bytes (bounded memory on both sides); once the
+/// app reads, everything flows and arrives intact.
+#[test]
+fn a_request_sink_is_not_ready_while_the_worker_app_does_not_read() {
+    let (relay_sock, worker_sock) = socket_pair();
+    let (handle, relay_driver) = rt::relay(relay_sock, FuturesTimer, RelayConfig::default());
+    let (mut incoming, worker_driver) =
+        rt::worker(worker_sock, FuturesTimer, WorkerConfig::default());
+    let mut pool = LocalPool::new();
+    let sp = pool.spawner();
+    sp.spawn_local(async move {
+        let _ = relay_driver.await;
+    })
+    .unwrap();
+    sp.spawn_local(async move {
+        let _ = worker_driver.await;
+    })
+    .unwrap();
+
+    const TOTAL: usize = 64 << 20;
+    let (mut sink, _resp) = handle.send_request(head("POST", "/slow")).unwrap();
+    let accepted = std::rc::Rc::new(std::cell::Cell::new(0usize));
+    let acc = accepted.clone();
+    sp.spawn_local(async move {
+        let piece = Bytes::from(vec![7u8; 256 << 10]);
+        while acc.get() < TOTAL {
+            sink.send(piece.clone()).await.unwrap();
+            acc.set(acc.get() + piece.len());
+        }
+        sink.close().await.unwrap();
+    })
+    .unwrap();
+    // The app takes the request but does not read its body yet.
+    let req = pool.run_until(incoming.next()).unwrap();
+    pool.run_until_stalled();
+    let stuck_at = accepted.get();
+    assert!(
+        stuck_at < TOTAL / 2,
+        "the sink kept taking bytes: {stuck_at}"
+    );
+    let rs = handle.stats();
+    let ws = incoming.stats();
+    assert!(
+        ws.body_buffered_in <= 16 << 20,
+        "worker holds {}",
+        ws.body_buffered_in
+    );
+    assert!(rs.body_queued_out <= RelayConfig::default().max_queued as u64);
+    // Now the app reads: everything arrives.
+    let mut body = req.body;
+    let got = pool.run_until(async {
+        let mut n = 0usize;
+        while let Some(p) = body.next().await {
+            n += p.unwrap().len();
+        }
+        n
+    });
+    assert_eq!(got, TOTAL);
+    assert_eq!(accepted.get(), TOTAL);
+    eprintln!("sink stopped after {stuck_at} bytes while the app did not read");
+}
