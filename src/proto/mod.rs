@@ -10,6 +10,7 @@
 //! chunks, and chunks of different streams go round-robin, one chunk each,
 //! so a small request is answered while a large body is in flight.
 
+mod core;
 mod error;
 mod inbound;
 mod outbound;

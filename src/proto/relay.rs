@@ -1,13 +1,14 @@
 //! The relay side: turns HTTP requests into frames for the worker, and the
 //! worker's frames into responses.
 
+use super::core::{Core, Input};
 use super::inbound::{BodyRead, InBody};
 use super::outbound::{Outbound, SendAbort};
 use super::{HandleError, Stats, StreamError, StreamKey};
 use crate::connect::{Keepalive, KeepaliveConfig};
 use crate::frame::{
-    self, CloseCode, CloseFrame, ControlFrame, Decoded, FrameError, Message, RequestHead,
-    ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
+    CloseCode, ControlFrame, Decoded, FrameError, Message, RequestHead, ResponseHead, StreamId,
+    MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
 };
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -148,13 +149,9 @@ pub struct RelayConnection {
     ids: HashMap<StreamId, StreamKey>,
     next_key: u64,
     next_id: StreamId,
-    out: Outbound,
+    core: Core,
     events: VecDeque<RelayEvent>,
-    closing: Option<Message>,
-    closed: bool,
     unread_bytes: usize,
-    keepalive: Option<Keepalive>,
-    stats: Stats,
 }
 
 impl Default for RelayConnection {
@@ -166,6 +163,7 @@ impl Default for RelayConnection {
 impl RelayConnection {
     /// A connection whose handshake has just completed.
     pub fn new(config: RelayConfig) -> RelayConnection {
+        let keepalive = config.keepalive;
         let out = Outbound::new(
             config.max_queued_per_stream,
             config.max_queued,
@@ -177,13 +175,9 @@ impl RelayConnection {
             ids: HashMap::new(),
             next_key: 1,
             next_id: StreamId::MIN,
-            out,
+            core: Core::new(out, keepalive),
             events: VecDeque::new(),
-            closing: None,
-            closed: false,
             unread_bytes: 0,
-            keepalive: None,
-            stats: Stats::default(),
         }
     }
 
@@ -193,7 +187,7 @@ impl RelayConnection {
     /// while a response body holds `max_unread_chunks` unread chunks (or all
     /// hold `max_unread_bytes`), and after the connection closed.
     pub fn wants_read(&self) -> bool {
-        !self.closed
+        !self.core.closed
             && self.unread_bytes < self.config.max_unread_bytes
             && self
                 .streams
@@ -203,12 +197,12 @@ impl RelayConnection {
 
     /// Whether the connection is closed.
     pub fn is_closed(&self) -> bool {
-        self.closed
+        self.core.closed
     }
 
     /// Request body bytes `send_body` would take now.
     pub fn send_capacity(&self, key: StreamKey) -> usize {
-        self.out.capacity(key)
+        self.core.out.capacity(key)
     }
 
     /// The wire id of a stream still in flight.
@@ -223,14 +217,7 @@ impl RelayConnection {
 
     /// The connection's counters.
     pub fn stats(&self) -> Stats {
-        let (q, qmax) = self.out.queued();
-        Stats {
-            streams_open: self.streams.len() as u64,
-            body_buffered_in: self.unread_bytes as u64,
-            body_queued_out: q as u64,
-            body_queued_out_max: qmax as u64,
-            ..self.stats
-        }
+        self.core.stats(self.streams.len(), self.unread_bytes)
     }
 
     /// Bounds in force.
@@ -246,39 +233,13 @@ impl RelayConnection {
     /// flight are ignored. A message over 1 MiB + 4 bytes closes the
     /// connection with 1009.
     pub fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
-        if self.closed {
-            return Ok(());
-        }
-        if msg.is_data() && !self.wants_read() {
-            return Err(HandleError::ReadPaused);
-        }
-        if msg.is_data() {
-            self.stats.bytes_in += msg.len() as u64;
-        }
-        let decoded = match msg {
-            Message::Close(_) => {
-                self.lose();
-                return Ok(());
-            }
-            Message::Pong(p) => {
-                if let Some(ka) = self.keepalive.as_mut() {
-                    ka.handle_pong(now, &p);
-                }
-                return Ok(());
-            }
-            // The WebSocket library answers pings.
-            Message::Ping(_) => return Ok(()),
-            Message::Text(t) => frame::decode_text(&t),
-            Message::Binary(b) => frame::decode_binary(b),
-        };
-        match decoded {
-            Ok(Decoded::Control(c)) => self.on_control(c),
-            Ok(Decoded::Chunk(c)) => self.on_chunk(c.id, c.data),
-            Ok(Decoded::Unknown) => self.stats.messages_ignored += 1,
-            Err(e @ FrameError::TooLarge { .. }) => {
-                self.close_with(e.close_code(), "message too big")
-            }
-            Err(_) => self.stats.messages_ignored += 1,
+        match self.core.take(msg, now, self.wants_read())? {
+            Input::Frame(Decoded::Control(c)) => self.on_control(c),
+            Input::Frame(Decoded::Chunk(c)) => self.on_chunk(c.id, c.data),
+            Input::BadText(..) => {}
+            Input::TooLarge(code) => self.close_with(code, "message too big"),
+            Input::Closed => self.lose(),
+            Input::Frame(Decoded::Unknown) | Input::BadBinary | Input::Nothing => {}
         }
         Ok(())
     }
@@ -293,26 +254,8 @@ impl RelayConnection {
     /// ping when one is due (ahead of queued body chunks), and closes the
     /// connection (1011) when a pong is overdue. Extra calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.closed {
-            return;
-        }
-        let Some(cfg) = self.config.keepalive else {
-            return;
-        };
         let paused = !self.wants_read();
-        let ka = self
-            .keepalive
-            .get_or_insert_with(|| Keepalive::new(cfg, now));
-        if paused {
-            // We stopped reading for backpressure: the pong may be waiting
-            // unread behind body chunks. Not the peer's fault; keep waiting.
-            ka.extend_deadline(now);
-        }
-        ka.handle_timeout(now);
-        if let Some(ping) = ka.poll_ping() {
-            self.out.push_urgent(ping);
-        }
-        if ka.is_dead() {
+        if self.core.handle_timeout(now, paused) {
             self.close_with(Keepalive::CLOSE_CODE, Keepalive::CLOSE_REASON);
         }
     }
@@ -324,7 +267,7 @@ impl RelayConnection {
     /// [`send_body`](Self::send_body) and end it with [`finish`](Self::finish)
     /// (a request without a body: `finish` at once).
     pub fn open_stream(&mut self, mut head: RequestHead) -> Result<StreamKey, StreamError> {
-        if self.closed {
+        if self.core.closed {
             return Err(StreamError::ConnectionClosed);
         }
         if self.streams.len() >= self.config.max_streams {
@@ -364,9 +307,9 @@ impl RelayConnection {
                 body: InBody::new(),
             },
         );
-        self.out.push_stream_control(key, &frame);
-        self.out.open(key, id);
-        self.stats.streams_opened += 1;
+        self.core.out.push_stream_control(key, &frame);
+        self.core.out.open(key, id);
+        self.core.stats.streams_opened += 1;
         Ok(key)
     }
 
@@ -389,7 +332,7 @@ impl RelayConnection {
                 return Err(StreamError::ContentLengthExceeded { limit });
             }
         }
-        let n = self.out.write(key, data);
+        let n = self.core.out.write(key, data);
         if let Some(s) = self.streams.get_mut(&key) {
             s.sent += n as u64;
         }
@@ -414,7 +357,7 @@ impl RelayConnection {
             return Err(StreamError::ContentLengthShort { expected, sent });
         }
         s.writing = false;
-        self.out.finish(key);
+        self.core.out.finish(key);
         Ok(())
     }
 
@@ -428,8 +371,8 @@ impl RelayConnection {
         self.unread_bytes -= s.body.bytes();
         if s.on_wire {
             self.ids.remove(&s.id);
-            self.out.abort(key, s.id, SendAbort::IfHeadSent);
-            self.stats.streams_closed += 1;
+            self.core.out.abort(key, s.id, SendAbort::IfHeadSent);
+            self.core.stats.streams_closed += 1;
         }
     }
 
@@ -460,15 +403,8 @@ impl RelayConnection {
 
     /// The next message to write to the socket.
     pub fn poll_transmit(&mut self) -> Option<Message> {
-        if let Some(m) = self.closing.take() {
-            return Some(m);
-        }
-        if self.closed {
-            return None;
-        }
-        let (msg, _sent) = self.out.poll_transmit()?;
-        self.stats.bytes_out += msg.len() as u64;
-        for key in self.out.take_writable() {
+        let (msg, _sent) = self.core.poll_transmit()?;
+        for key in self.core.out.take_writable() {
             self.events.push_back(RelayEvent::Writable { key });
         }
         Some(msg)
@@ -478,7 +414,7 @@ impl RelayConnection {
     pub fn poll_event(&mut self) -> Option<RelayEvent> {
         // Room freed by a dropped queue (an abort, the worker's early answer)
         // wakes refused senders even when nothing is transmitted.
-        for key in self.out.take_writable() {
+        for key in self.core.out.take_writable() {
             self.events.push_back(RelayEvent::Writable { key });
         }
         self.events.pop_front()
@@ -486,10 +422,7 @@ impl RelayConnection {
 
     /// When `handle_timeout` wants to be called next (`None`: no timer).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.closed {
-            return None;
-        }
-        self.keepalive.as_ref().and_then(Keepalive::poll_timeout)
+        self.core.poll_timeout()
     }
 
     /// Test hook: the id the next stream will try first.
@@ -528,7 +461,7 @@ impl RelayConnection {
         s.writing = false;
         let (id, started) = (s.id, s.response_started);
         self.ids.remove(&id);
-        self.out.abort(key, id, send_abort);
+        self.core.out.abort(key, id, send_abort);
         if !reason.is_failure() {
             s.body.end();
         } else if started {
@@ -538,7 +471,7 @@ impl RelayConnection {
             let s = self.streams.remove(&key).expect("in flight");
             self.unread_bytes -= s.body.bytes();
         }
-        self.stats.streams_closed += 1;
+        self.core.stats.streams_closed += 1;
         self.events.push_back(RelayEvent::Ended {
             key,
             reason,
@@ -551,7 +484,7 @@ impl RelayConnection {
 
     fn on_control(&mut self, c: ControlFrame) {
         let Some(&key) = self.ids.get(&c.id()) else {
-            self.stats.messages_ignored += 1;
+            self.core.stats.messages_ignored += 1;
             return;
         };
         let started = self.streams[&key].response_started;
@@ -569,7 +502,7 @@ impl RelayConnection {
             ControlFrame::Abort { .. } => {
                 self.end_on_wire(key, RelayEnd::WorkerAborted, SendAbort::Never)
             }
-            ControlFrame::Request { .. } => self.stats.messages_ignored += 1,
+            ControlFrame::Request { .. } => self.core.stats.messages_ignored += 1,
             // A second response, or `end` before any response.
             _ => self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always),
         }
@@ -577,7 +510,7 @@ impl RelayConnection {
 
     fn on_chunk(&mut self, id: StreamId, data: Bytes) {
         let Some(&key) = self.ids.get(&id) else {
-            self.stats.messages_ignored += 1;
+            self.core.stats.messages_ignored += 1;
             return;
         };
         let s = self.streams.get_mut(&key).expect("in flight");
@@ -588,37 +521,30 @@ impl RelayConnection {
         let was_empty = s.body.chunks() == 0;
         let held = s.body.push(data);
         self.unread_bytes += held;
-        self.stats.body_buffered_in_max = self
-            .stats
-            .body_buffered_in_max
-            .max(self.unread_bytes as u64);
+        self.core.note_buffered_in(self.unread_bytes);
         if held > 0 && was_empty {
             self.events.push_back(RelayEvent::Readable { key });
         }
     }
 
     fn close_with(&mut self, code: CloseCode, reason: &str) {
-        if self.closed {
-            return;
-        }
-        self.closing = Some(Message::Close(Some(CloseFrame {
-            code,
-            reason: reason.to_string(),
-        })));
-        self.lose();
+        self.end_all(Some((code, reason)));
     }
 
     fn lose(&mut self) {
-        if self.closed {
+        self.end_all(None);
+    }
+
+    /// The connection is over: every stream in flight ends with `ConnectionLost`.
+    fn end_all(&mut self, close: Option<(CloseCode, &str)>) {
+        if !self.core.mark_closed(close) {
             return;
         }
-        self.closed = true;
-        self.out.clear();
         let mut keys: Vec<StreamKey> = self.ids.values().copied().collect();
         keys.sort();
         for key in keys {
             self.end_on_wire(key, RelayEnd::ConnectionLost, SendAbort::Never);
         }
-        self.out.clear();
+        self.core.out.clear();
     }
 }

@@ -1,12 +1,13 @@
 //! The worker side: turns the relay's frames into requests for the
 //! application, and the application's responses into frames.
 
+use super::core::{Core, Input};
 use super::inbound::{BodyRead, InBody};
 use super::outbound::{Outbound, SendAbort};
 use super::{HandleError, Stats, StreamError, StreamKey};
 use crate::connect::{Keepalive, KeepaliveConfig};
 use crate::frame::{
-    self, CloseCode, CloseFrame, ControlFrame, Decoded, FrameError, Headers, Message, RequestHead,
+    self, CloseCode, ControlFrame, Decoded, FrameError, Headers, Message, RequestHead,
     ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
 };
 use bytes::Bytes;
@@ -129,13 +130,9 @@ pub struct WorkerConnection {
     streams: HashMap<StreamKey, Stream>,
     ids: HashMap<StreamId, StreamKey>,
     next_key: u64,
-    out: Outbound,
+    core: Core,
     events: VecDeque<WorkerEvent>,
-    closing: Option<Message>,
-    closed: bool,
     unread_bytes: usize,
-    keepalive: Option<Keepalive>,
-    stats: Stats,
 }
 
 impl Default for WorkerConnection {
@@ -147,6 +144,7 @@ impl Default for WorkerConnection {
 impl WorkerConnection {
     /// A connection that has just completed its handshake.
     pub fn new(config: WorkerConfig) -> WorkerConnection {
+        let keepalive = config.keepalive;
         let out = Outbound::new(
             config.max_queued_per_stream,
             config.max_queued,
@@ -157,13 +155,9 @@ impl WorkerConnection {
             streams: HashMap::new(),
             ids: HashMap::new(),
             next_key: 1,
-            out,
+            core: Core::new(out, keepalive),
             events: VecDeque::new(),
-            closing: None,
-            closed: false,
             unread_bytes: 0,
-            keepalive: None,
-            stats: Stats::default(),
         }
     }
 
@@ -173,7 +167,7 @@ impl WorkerConnection {
     /// while any request body holds `max_unread_chunks` unread chunks (or all
     /// hold `max_unread_bytes`), and after the connection closed.
     pub fn wants_read(&self) -> bool {
-        !self.closed
+        !self.core.closed
             && self.unread_bytes < self.config.max_unread_bytes
             && self
                 .streams
@@ -184,24 +178,17 @@ impl WorkerConnection {
     /// Whether the connection is closed (nothing more will be read or sent
     /// once `poll_transmit` has returned the close message).
     pub fn is_closed(&self) -> bool {
-        self.closed
+        self.core.closed
     }
 
     /// Response bytes `send_body` would take now for this request.
     pub fn send_capacity(&self, key: StreamKey) -> usize {
-        self.out.capacity(key)
+        self.core.out.capacity(key)
     }
 
     /// The connection's counters.
     pub fn stats(&self) -> Stats {
-        let (q, qmax) = self.out.queued();
-        Stats {
-            streams_open: self.streams.len() as u64,
-            body_buffered_in: self.unread_bytes as u64,
-            body_queued_out: q as u64,
-            body_queued_out_max: qmax as u64,
-            ..self.stats
-        }
+        self.core.stats(self.streams.len(), self.unread_bytes)
     }
 
     /// Bounds in force.
@@ -217,45 +204,13 @@ impl WorkerConnection {
     /// is not open are ignored (counted in [`Stats::messages_ignored`]). A
     /// message over 1 MiB + 4 bytes closes the connection with 1009.
     pub fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
-        if self.closed {
-            return Ok(());
-        }
-        if msg.is_data() && !self.wants_read() {
-            return Err(HandleError::ReadPaused);
-        }
-        if msg.is_data() {
-            self.stats.bytes_in += msg.len() as u64;
-        }
-        let decoded = match msg {
-            Message::Close(_) => {
-                self.lose();
-                return Ok(());
-            }
-            Message::Pong(p) => {
-                if let Some(ka) = self.keepalive.as_mut() {
-                    ka.handle_pong(now, &p);
-                }
-                return Ok(());
-            }
-            // The WebSocket library answers pings.
-            Message::Ping(_) => return Ok(()),
-            Message::Text(t) => match frame::decode_text(&t) {
-                Err(e) if !matches!(e, FrameError::TooLarge { .. }) => {
-                    self.on_bad_text(&t, &e);
-                    return Ok(());
-                }
-                other => other,
-            },
-            Message::Binary(b) => frame::decode_binary(b),
-        };
-        match decoded {
-            Ok(Decoded::Control(c)) => self.on_control(c),
-            Ok(Decoded::Chunk(c)) => self.on_chunk(c.id, c.data),
-            Ok(Decoded::Unknown) => self.stats.messages_ignored += 1,
-            Err(e @ FrameError::TooLarge { .. }) => {
-                self.close_with(e.close_code(), "message too big")
-            }
-            Err(_) => self.stats.messages_ignored += 1,
+        match self.core.take(msg, now, self.wants_read())? {
+            Input::Frame(Decoded::Control(c)) => self.on_control(c),
+            Input::Frame(Decoded::Chunk(c)) => self.on_chunk(c.id, c.data),
+            Input::BadText(t, e) => self.on_bad_text(&t, &e),
+            Input::TooLarge(code) => self.close_with(code, "message too big"),
+            Input::Closed => self.lose(),
+            Input::Frame(Decoded::Unknown) | Input::BadBinary | Input::Nothing => {}
         }
         Ok(())
     }
@@ -270,26 +225,8 @@ impl WorkerConnection {
     /// ping when one is due (ahead of queued body chunks), and closes the
     /// connection (1011) when a pong is overdue. Extra calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.closed {
-            return;
-        }
-        let Some(cfg) = self.config.keepalive else {
-            return;
-        };
         let paused = !self.wants_read();
-        let ka = self
-            .keepalive
-            .get_or_insert_with(|| Keepalive::new(cfg, now));
-        if paused {
-            // We stopped reading for backpressure: the pong may be waiting
-            // unread behind body chunks. Not the peer's fault; keep waiting.
-            ka.extend_deadline(now);
-        }
-        ka.handle_timeout(now);
-        if let Some(ping) = ka.poll_ping() {
-            self.out.push_urgent(ping);
-        }
-        if ka.is_dead() {
+        if self.core.handle_timeout(now, paused) {
             self.close_with(Keepalive::CLOSE_CODE, Keepalive::CLOSE_REASON);
         }
     }
@@ -320,8 +257,8 @@ impl WorkerConnection {
         s.resp = Resp::Started;
         s.content_length = content_length;
         let id = s.id;
-        self.out.push_stream_control(key, &frame);
-        self.out.open(key, id);
+        self.core.out.push_stream_control(key, &frame);
+        self.core.out.open(key, id);
         Ok(())
     }
 
@@ -344,7 +281,7 @@ impl WorkerConnection {
                 return Err(StreamError::ContentLengthExceeded { limit });
             }
         }
-        let n = self.out.write(key, data);
+        let n = self.core.out.write(key, data);
         if let Some(s) = self.streams.get_mut(&key) {
             s.sent += n as u64;
         }
@@ -369,7 +306,7 @@ impl WorkerConnection {
         }
         s.resp = Resp::Finished;
         self.discard_body(key);
-        self.out.finish(key);
+        self.core.out.finish(key);
         Ok(())
     }
 
@@ -394,12 +331,14 @@ impl WorkerConnection {
                 self.discard_body(key);
                 // Head, body and end as control messages: 21 bytes, never
                 // refused (or cut) by a full body queue.
-                self.out
+                self.core
+                    .out
                     .push_stream_control(key, &ControlFrame::Response { id, head });
-                self.out
+                self.core
+                    .out
                     .push_stream_message(key, Message::Binary(frame::encode_chunk(id, BODY)));
-                self.out.open(key, id);
-                self.out.finish(key);
+                self.core.out.open(key, id);
+                self.core.out.finish(key);
                 Ok(())
             }
             Resp::Started => {
@@ -407,7 +346,7 @@ impl WorkerConnection {
                 s.failed = true;
                 self.discard_body(key);
                 // The head and the body produced so far go out, then `abort`.
-                self.out.finish_aborted(key);
+                self.core.out.finish_aborted(key);
                 Ok(())
             }
         }
@@ -443,15 +382,8 @@ impl WorkerConnection {
 
     /// The next message to write to the socket.
     pub fn poll_transmit(&mut self) -> Option<Message> {
-        if let Some(m) = self.closing.take() {
-            return Some(m);
-        }
-        if self.closed {
-            return None;
-        }
-        let (msg, sent) = self.out.poll_transmit()?;
-        self.stats.bytes_out += msg.len() as u64;
-        for key in self.out.take_writable() {
+        let (msg, sent) = self.core.poll_transmit()?;
+        for key in self.core.out.take_writable() {
             self.events.push_back(WorkerEvent::Writable { key });
         }
         if let Some(key) = sent.ended {
@@ -473,7 +405,7 @@ impl WorkerConnection {
     pub fn poll_event(&mut self) -> Option<WorkerEvent> {
         // Room freed by a dropped queue (an abort, an early answer) wakes
         // refused senders even when nothing is transmitted.
-        for key in self.out.take_writable() {
+        for key in self.core.out.take_writable() {
             self.events.push_back(WorkerEvent::Writable { key });
         }
         self.events.pop_front()
@@ -481,10 +413,7 @@ impl WorkerConnection {
 
     /// When `handle_timeout` wants to be called next (`None`: no timer).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.closed {
-            return None;
-        }
-        self.keepalive.as_ref().and_then(Keepalive::poll_timeout)
+        self.core.poll_timeout()
     }
 
     // ----- internals -----
@@ -499,7 +428,7 @@ impl WorkerConnection {
     }
 
     fn ended(&mut self, key: StreamKey, reason: WorkerEnd) {
-        self.stats.streams_closed += 1;
+        self.core.stats.streams_closed += 1;
         self.events.push_back(WorkerEvent::Ended { key, reason });
     }
 
@@ -513,21 +442,21 @@ impl WorkerConnection {
                         s.body.end();
                         self.events.push_back(WorkerEvent::Readable { key });
                     } else {
-                        self.stats.messages_ignored += 1;
+                        self.core.stats.messages_ignored += 1;
                     }
                 }
-                None => self.stats.messages_ignored += 1,
+                None => self.core.stats.messages_ignored += 1,
             },
             ControlFrame::Abort { id } => match self.ids.remove(&id) {
                 Some(key) => {
                     let mut s = self.streams.remove(&key).expect("ids and streams agree");
                     self.unread_bytes -= s.body.fail();
-                    self.out.abort(key, id, SendAbort::Never);
+                    self.core.out.abort(key, id, SendAbort::Never);
                     self.ended(key, WorkerEnd::ClientAborted);
                 }
-                None => self.stats.messages_ignored += 1,
+                None => self.core.stats.messages_ignored += 1,
             },
-            ControlFrame::Response { .. } => self.stats.messages_ignored += 1,
+            ControlFrame::Response { .. } => self.core.stats.messages_ignored += 1,
         }
     }
 
@@ -536,7 +465,6 @@ impl WorkerConnection {
     /// not (a header with CR/LF, a path without `/`, …): that one is answered
     /// 400, so the relay's caller gets an answer instead of waiting forever.
     fn on_bad_text(&mut self, text: &str, err: &FrameError) {
-        self.stats.messages_ignored += 1;
         let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(text)
         else {
             return;
@@ -559,26 +487,33 @@ impl WorkerConnection {
         let headers = Headers::try_from_pairs([("content-type", "text/plain; charset=utf-8")])
             .expect("static headers are valid");
         let head = ResponseHead::new(400, headers).expect("valid");
-        self.out
+        self.core
+            .out
             .push_control(ControlFrame::Response { id, head }.to_message());
-        self.out
+        self.core
+            .out
             .push_control(Message::Binary(frame::encode_chunk(id, body.as_bytes())));
-        self.out.push_control(ControlFrame::End { id }.to_message());
+        self.core
+            .out
+            .push_control(ControlFrame::End { id }.to_message());
     }
 
     fn on_request(&mut self, id: StreamId, head: RequestHead) {
         if self.ids.contains_key(&id) {
-            self.stats.messages_ignored += 1;
+            self.core.stats.messages_ignored += 1;
             return;
         }
         if self.streams.len() >= self.config.max_streams {
             // Refuse at once; later frames for this id are not open and ignored.
             let headers = Headers::try_from_pairs([("content-length", "0")]).expect("valid");
             let head = ResponseHead::new(503, headers).expect("valid");
-            self.out
+            self.core
+                .out
                 .push_control(ControlFrame::Response { id, head }.to_message());
-            self.out.push_control(ControlFrame::End { id }.to_message());
-            self.stats.messages_ignored += 1;
+            self.core
+                .out
+                .push_control(ControlFrame::End { id }.to_message());
+            self.core.stats.messages_ignored += 1;
             return;
         }
         let key = StreamKey(self.next_key);
@@ -595,50 +530,43 @@ impl WorkerConnection {
                 sent: 0,
             },
         );
-        self.stats.streams_opened += 1;
+        self.core.stats.streams_opened += 1;
         self.events
             .push_back(WorkerEvent::Request { key, id, head });
     }
 
     fn on_chunk(&mut self, id: StreamId, data: Bytes) {
         let Some(&key) = self.ids.get(&id) else {
-            self.stats.messages_ignored += 1;
+            self.core.stats.messages_ignored += 1;
             return;
         };
         let s = self.streams.get_mut(&key).expect("ids and streams agree");
         if !s.body.is_open() {
-            self.stats.messages_ignored += 1;
+            self.core.stats.messages_ignored += 1;
             return;
         }
         let was_empty = s.body.chunks() == 0;
         let held = s.body.push(data);
         self.unread_bytes += held;
-        self.stats.body_buffered_in_max = self
-            .stats
-            .body_buffered_in_max
-            .max(self.unread_bytes as u64);
+        self.core.note_buffered_in(self.unread_bytes);
         if held > 0 && was_empty {
             self.events.push_back(WorkerEvent::Readable { key });
         }
     }
 
     fn close_with(&mut self, code: CloseCode, reason: &str) {
-        if self.closed {
-            return;
-        }
-        self.closing = Some(Message::Close(Some(CloseFrame {
-            code,
-            reason: reason.to_string(),
-        })));
-        self.lose();
+        self.end_all(Some((code, reason)));
     }
 
     fn lose(&mut self) {
-        if self.closed {
+        self.end_all(None);
+    }
+
+    /// The connection is over: every open request is told its client has gone.
+    fn end_all(&mut self, close: Option<(CloseCode, &str)>) {
+        if !self.core.mark_closed(close) {
             return;
         }
-        self.closed = true;
-        self.out.clear();
         self.ids.clear();
         let mut keys: Vec<StreamKey> = self.streams.keys().copied().collect();
         keys.sort();

@@ -1,0 +1,177 @@
+//! What both state machines share: the output scheduler, the keepalive, the
+//! close message, the counters, and the first look at each message read.
+
+use super::outbound::{Outbound, Sent};
+use super::{HandleError, Stats};
+use crate::connect::{Keepalive, KeepaliveConfig};
+use crate::frame::{self, CloseCode, CloseFrame, Decoded, FrameError, Message};
+use std::time::Instant;
+
+/// What a message read from the socket is, for the side-specific machine.
+pub(crate) enum Input {
+    /// Nothing for the machine (a ping, a pong, anything after close).
+    Nothing,
+    /// A decoded frame.
+    Frame(Decoded),
+    /// A text frame that did not decode (not too large).
+    BadText(String, FrameError),
+    /// A binary frame that did not decode (not too large).
+    BadBinary,
+    /// A message over the limit: close with this code.
+    TooLarge(CloseCode),
+    /// The peer closed the connection.
+    Closed,
+}
+
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub out: Outbound,
+    keepalive_config: Option<KeepaliveConfig>,
+    keepalive: Option<Keepalive>,
+    closing: Option<Message>,
+    pub closed: bool,
+    pub stats: Stats,
+}
+
+impl Core {
+    pub fn new(out: Outbound, keepalive: Option<KeepaliveConfig>) -> Core {
+        Core {
+            out,
+            keepalive_config: keepalive,
+            keepalive: None,
+            closing: None,
+            closed: false,
+            stats: Stats::default(),
+        }
+    }
+
+    /// First look at a message read from the socket.
+    pub fn take(
+        &mut self,
+        msg: Message,
+        now: Instant,
+        wants_read: bool,
+    ) -> Result<Input, HandleError> {
+        if self.closed {
+            return Ok(Input::Nothing);
+        }
+        if msg.is_data() {
+            if !wants_read {
+                return Err(HandleError::ReadPaused);
+            }
+            self.stats.bytes_in += msg.len() as u64;
+        }
+        let decoded = match msg {
+            Message::Close(_) => return Ok(Input::Closed),
+            Message::Pong(p) => {
+                if let Some(ka) = self.keepalive.as_mut() {
+                    ka.handle_pong(now, &p);
+                }
+                return Ok(Input::Nothing);
+            }
+            // The WebSocket library answers pings.
+            Message::Ping(_) => return Ok(Input::Nothing),
+            Message::Text(t) => match frame::decode_text(&t) {
+                Err(e) if !matches!(e, FrameError::TooLarge { .. }) => {
+                    self.stats.messages_ignored += 1;
+                    return Ok(Input::BadText(t, e));
+                }
+                other => other,
+            },
+            Message::Binary(b) => frame::decode_binary(b),
+        };
+        Ok(match decoded {
+            Ok(Decoded::Unknown) => {
+                self.stats.messages_ignored += 1;
+                Input::Nothing
+            }
+            Ok(d) => Input::Frame(d),
+            Err(e @ FrameError::TooLarge { .. }) => Input::TooLarge(e.close_code()),
+            Err(_) => {
+                self.stats.messages_ignored += 1;
+                Input::BadBinary
+            }
+        })
+    }
+
+    /// Advances time: arms the keepalive on the first call, queues a due ping
+    /// ahead of everything, and says whether the connection is dead (no pong
+    /// in time). While reading is `paused` for backpressure the pong may be
+    /// waiting unread behind body chunks, which is not the peer's fault, so
+    /// its deadline restarts.
+    pub fn handle_timeout(&mut self, now: Instant, paused: bool) -> bool {
+        if self.closed {
+            return false;
+        }
+        let Some(cfg) = self.keepalive_config else {
+            return false;
+        };
+        let ka = self
+            .keepalive
+            .get_or_insert_with(|| Keepalive::new(cfg, now));
+        if paused {
+            ka.extend_deadline(now);
+        }
+        ka.handle_timeout(now);
+        if let Some(ping) = ka.poll_ping() {
+            self.out.push_urgent(ping);
+        }
+        ka.is_dead()
+    }
+
+    /// When the keepalive wants `handle_timeout` next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.closed {
+            return None;
+        }
+        self.keepalive.as_ref().and_then(Keepalive::poll_timeout)
+    }
+
+    /// Marks the connection closed; `close` is the close message to send last
+    /// (none when the peer closed or the socket was lost). Returns false if it
+    /// was already closed.
+    pub fn mark_closed(&mut self, close: Option<(CloseCode, &str)>) -> bool {
+        if self.closed {
+            return false;
+        }
+        self.closed = true;
+        self.closing = close.map(|(code, reason)| {
+            Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.to_string(),
+            }))
+        });
+        self.out.clear();
+        true
+    }
+
+    /// The next message to send (the close message last), and what it ended.
+    pub fn poll_transmit(&mut self) -> Option<(Message, Sent)> {
+        if let Some(m) = self.closing.take() {
+            return Some((m, Sent::default()));
+        }
+        if self.closed {
+            return None;
+        }
+        let (msg, sent) = self.out.poll_transmit()?;
+        self.stats.bytes_out += msg.len() as u64;
+        Some((msg, sent))
+    }
+
+    /// The counters, with the live figures filled in.
+    pub fn stats(&self, streams_open: usize, buffered_in: usize) -> Stats {
+        let (q, qmax) = self.out.queued();
+        Stats {
+            streams_open: streams_open as u64,
+            body_buffered_in: buffered_in as u64,
+            body_queued_out: q as u64,
+            body_queued_out_max: qmax as u64,
+            ..self.stats
+        }
+    }
+
+    /// Records the unread-bytes high-water mark.
+    pub fn note_buffered_in(&mut self, unread: usize) {
+        self.stats.body_buffered_in_max = self.stats.body_buffered_in_max.max(unread as u64);
+    }
+}
