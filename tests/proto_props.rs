@@ -1521,11 +1521,15 @@ impl Run {
         assert_eq!((rs.body_queued_out, ws.body_queued_out), (0, 0));
         assert!(rs.body_queued_out_max <= self.c.relay_sizes.queued as u64);
         assert!(ws.body_queued_out_max <= self.c.worker_sizes.queued as u64);
-        assert!(
-            self.in_flight.is_empty() || self.lost,
-            "{:?}",
-            self.in_flight
-        );
+        // A stream the app let go of once its response was complete by its
+        // Content-Length gets no `abort` frame: the relay waits for the
+        // worker's `end` quietly (its `streams_open` above is back to 0).
+        let in_flight: Vec<_> = self
+            .in_flight
+            .iter()
+            .filter(|(_, (i, _))| !self.rs[*i].aborted)
+            .collect();
+        assert!(in_flight.is_empty() || self.lost, "{in_flight:?}");
         assert!(self.w_wire.is_empty() || self.lost, "{:?}", self.w_wire);
         if !self.lost {
             assert!(!self.p.relay.is_closed() && !self.p.worker.is_closed());

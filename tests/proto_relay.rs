@@ -460,3 +460,61 @@ fn after_a_started_response_fails_what_arrived_is_still_read_then_gone() {
     assert_eq!(r.open_streams(), 0, "forgotten once the failure was read");
     assert_eq!(r.stats().body_buffered_in, 0);
 }
+
+#[test]
+fn letting_go_of_a_response_complete_by_its_content_length_is_not_an_abort() {
+    let mut r = RelayConnection::default();
+    let k = r.open_stream(get("/bytes")).unwrap();
+    r.finish(k).unwrap();
+    drain(&mut r);
+    let h = Headers::try_from_pairs([("content-length", "5")]).unwrap();
+    feed(
+        &mut r,
+        ControlFrame::Response {
+            id: id(1),
+            head: worker_relay::frame::ResponseHead::new(200, h).unwrap(),
+        },
+    );
+    r.handle_message(
+        Message::Binary(Bytes::from_static(b"\0\0\0\x01hello")),
+        now(),
+    )
+    .unwrap();
+    // The HTTP server has written all 5 bytes and drops the body before `end`.
+    assert_eq!(relay_read_all(&mut r, k).0, b"hello");
+    r.abort(k);
+    assert!(drain(&mut r).is_empty(), "no abort for a complete response");
+    assert_eq!(r.stream_id(k), None, "the application has let go");
+    // The id stays taken until the worker's `end`: the next stream skips it.
+    r.__set_next_id(id(1));
+    let k2 = r.open_stream(get("/other")).unwrap();
+    assert_eq!(r.stream_id(k2), Some(id(2)));
+    r.abort(k2);
+    drain(&mut r);
+    feed(&mut r, ControlFrame::End { id: id(1) });
+    assert_eq!(
+        r.poll_event().map(|e| e.key()),
+        None,
+        "no event for a stream let go of"
+    );
+    assert_eq!(r.open_streams(), 0);
+    assert_eq!(r.stats().streams_closed, 2);
+    // A response short of its Content-Length is still aborted.
+    let k = r.open_stream(get("/bytes")).unwrap();
+    r.finish(k).unwrap();
+    let i = r.stream_id(k).unwrap();
+    drain(&mut r);
+    let h = Headers::try_from_pairs([("content-length", "5")]).unwrap();
+    feed(
+        &mut r,
+        ControlFrame::Response {
+            id: i,
+            head: worker_relay::frame::ResponseHead::new(200, h).unwrap(),
+        },
+    );
+    r.abort(k);
+    assert_eq!(
+        drain(&mut r),
+        [Decoded::Control(ControlFrame::Abort { id: i })]
+    );
+}

@@ -129,6 +129,13 @@ struct Stream {
     content_length: Option<u64>,
     sent: u64,
     body: InBody,
+    /// The response's Content-Length, if it announced one.
+    response_length: Option<u64>,
+    /// Response body bytes received so far.
+    received: u64,
+    /// The application let go of a response complete by its Content-Length
+    /// before the worker's `end` arrived: wait for that `end` quietly.
+    orphaned: bool,
 }
 
 /// The relay side of one connection. Sans-IO: see the crate docs for the run loop.
@@ -207,7 +214,10 @@ impl RelayConnection {
 
     /// The wire id of a stream still in flight.
     pub fn stream_id(&self, key: StreamKey) -> Option<StreamId> {
-        self.streams.get(&key).filter(|s| s.on_wire).map(|s| s.id)
+        self.streams
+            .get(&key)
+            .filter(|s| s.on_wire && !s.orphaned)
+            .map(|s| s.id)
     }
 
     /// Streams the application holds (in flight, or ended with body unread).
@@ -305,6 +315,9 @@ impl RelayConnection {
                 content_length,
                 sent: 0,
                 body: InBody::new(),
+                response_length: None,
+                received: 0,
+                orphaned: false,
             },
         );
         self.core.out.push_stream_control(key, &frame);
@@ -363,11 +376,30 @@ impl RelayConnection {
 
     /// The caller has gone: sends `abort` (if the stream is still in flight)
     /// and forgets the stream. No event follows for it.
+    ///
+    /// A response that has received every byte its Content-Length announced
+    /// is complete for the caller even if the worker's `end` has not arrived
+    /// yet (an HTTP server drops the body at that point): it is not aborted;
+    /// the `end` is awaited and consumed quietly.
     pub fn abort(&mut self, key: StreamKey) {
+        self.events.retain(|e| e.key() != key);
+        if let Some(s) = self.streams.get_mut(&key) {
+            let complete = s.response_started && s.response_length == Some(s.received);
+            if s.on_wire && complete && !s.orphaned {
+                // Every byte the response announced has arrived; only the
+                // worker's `end` is outstanding (an HTTP server drops a body
+                // once it has written its Content-Length). That is not the
+                // caller going away: no `abort`, just wait for the `end`.
+                s.orphaned = true;
+                let dropped = s.body.discard();
+                self.unread_bytes -= dropped;
+                self.core.out.abort(key, s.id, SendAbort::Never);
+                return;
+            }
+        }
         let Some(s) = self.streams.remove(&key) else {
             return;
         };
-        self.events.retain(|e| e.key() != key);
         self.unread_bytes -= s.body.bytes();
         if s.on_wire {
             self.ids.remove(&s.id);
@@ -456,6 +488,13 @@ impl RelayConnection {
 
     /// Ends a stream on the wire (the worker's end/abort, a protocol error).
     fn end_on_wire(&mut self, key: StreamKey, reason: RelayEnd, send_abort: SendAbort) {
+        if self.streams[&key].orphaned {
+            // The application has let go of it: end it without an event.
+            let s = self.streams.remove(&key).expect("in flight");
+            self.ids.remove(&s.id);
+            self.core.stats.streams_closed += 1;
+            return;
+        }
         let s = self.streams.get_mut(&key).expect("in flight");
         s.on_wire = false;
         s.writing = false;
@@ -490,10 +529,9 @@ impl RelayConnection {
         let started = self.streams[&key].response_started;
         match c {
             ControlFrame::Response { head, .. } if !started => {
-                self.streams
-                    .get_mut(&key)
-                    .expect("in flight")
-                    .response_started = true;
+                let s = self.streams.get_mut(&key).expect("in flight");
+                s.response_started = true;
+                s.response_length = head.headers().content_length().ok().flatten();
                 self.events.push_back(RelayEvent::Response { key, head });
             }
             ControlFrame::End { .. } if started => {
@@ -518,11 +556,12 @@ impl RelayConnection {
             self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always);
             return;
         }
+        s.received += data.len() as u64;
         let was_empty = s.body.chunks() == 0;
         let held = s.body.push(data);
         self.unread_bytes += held;
         self.core.note_buffered_in(self.unread_bytes);
-        if held > 0 && was_empty {
+        if held > 0 && was_empty && !s.orphaned {
             self.events.push_back(RelayEvent::Readable { key });
         }
     }
