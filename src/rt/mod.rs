@@ -18,6 +18,7 @@
 
 mod driver;
 mod relay;
+mod side;
 mod timer;
 mod worker;
 

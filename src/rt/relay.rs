@@ -1,7 +1,8 @@
 //! The relay side on any executor: send a request, get the response head and
 //! a body stream, or a typed error.
 
-use super::driver::{DriverError, Io, Pass};
+use super::driver::{DriverError, Io};
+use super::side::{lock, poll_driver, Side, SinkCore};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{Message, RequestHead, ResponseHead};
@@ -14,7 +15,7 @@ use futures_sink::Sink;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 /// Why a request through the relay failed before its response head arrived.
@@ -75,10 +76,33 @@ struct Shared {
     driver: Option<Waker>,
 }
 
-impl Shared {
-    fn wake_driver(&mut self) {
-        if let Some(w) = self.driver.take() {
-            w.wake();
+impl Side for Shared {
+    type Conn = RelayConnection;
+
+    fn conn(&mut self) -> &mut RelayConnection {
+        &mut self.conn
+    }
+
+    fn driver_waker(&mut self) -> &mut Option<Waker> {
+        &mut self.driver
+    }
+
+    fn write_error(&self, key: StreamKey) -> Option<BodyError> {
+        let end = self.slots.get(&key).and_then(|s| s.ended)?;
+        end.is_failure().then(|| BodyError::from(end))
+    }
+
+    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, StreamError> {
+        self.conn.send_body(key, data)
+    }
+
+    fn finish(&mut self, key: StreamKey) -> Result<(), StreamError> {
+        self.conn.finish(key)
+    }
+
+    fn set_write_waker(&mut self, key: StreamKey, waker: Waker) {
+        if let Some(s) = self.slots.get_mut(&key) {
+            s.write_waker = Some(waker);
         }
     }
 
@@ -115,10 +139,6 @@ impl Shared {
 }
 
 type SharedRef = Arc<Mutex<Shared>>;
-
-fn lock(s: &SharedRef) -> MutexGuard<'_, Shared> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Creates the relay side of a connection over `socket` (a WebSocket mapped
 /// to the crate's [`Message`]). Spawn or poll the [`RelayDriver`]; send
@@ -159,17 +179,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let mut sh = lock(&this.shared);
-        sh.driver = Some(cx.waker().clone());
-        loop {
-            let pass = this.io.poll_io(&mut sh.conn, cx);
-            sh.dispatch();
-            match pass {
-                Pass::Progress => continue,
-                Pass::Idle => return Poll::Pending,
-                Pass::Done(r) => return Poll::Ready(r),
-            }
-        }
+        poll_driver(&this.shared, &mut this.io, cx)
     }
 }
 
@@ -208,8 +218,7 @@ impl RelayHandle {
         Ok((
             RequestSink {
                 guard: guard.clone(),
-                pending: None,
-                closed: false,
+                core: SinkCore::default(),
             },
             ResponseFuture { guard: Some(guard) },
         ))
@@ -260,48 +269,15 @@ impl Drop for Guard {
 /// The request body: a [`Sink`] of [`Bytes`]. `close` sends `end`.
 pub struct RequestSink {
     guard: Arc<Guard>,
-    pending: Option<Bytes>,
-    closed: bool,
+    core: SinkCore,
 }
 
 impl RequestSink {
     fn finish_now(&mut self) -> Result<(), StreamError> {
-        let mut sh = lock(&self.guard.shared);
-        sh.conn.finish(self.guard.key)?;
-        self.closed = true;
-        sh.wake_driver();
-        Ok(())
-    }
-
-    fn poll_push(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        let mut sh = lock(&self.guard.shared);
-        let key = self.guard.key;
-        while let Some(mut data) = self.pending.take() {
-            if let Some(end) = sh.slots.get(&key).and_then(|s| s.ended) {
-                if end.is_failure() {
-                    return Poll::Ready(Err(BodyError::from(end)));
-                }
-            }
-            let n = match sh.conn.send_body(key, data.clone()) {
-                Ok(n) => n,
-                Err(e) => return Poll::Ready(Err(BodyError::Stream(e))),
-            };
-            if n > 0 {
-                sh.wake_driver();
-            }
-            let _ = data.split_to(n);
-            if !data.is_empty() {
-                self.pending = Some(data);
-                if n == 0 {
-                    if let Some(s) = sh.slots.get_mut(&key) {
-                        s.write_waker = Some(cx.waker().clone());
-                    }
-                    sh.wake_driver();
-                    return Poll::Pending;
-                }
-            }
+        match self.core.finish_now(&self.guard.shared, self.guard.key) {
+            Err(BodyError::Stream(e)) => Err(e),
+            _ => Ok(()),
         }
-        Poll::Ready(Ok(()))
     }
 }
 
@@ -309,41 +285,28 @@ impl Sink<Bytes> for RequestSink {
     type Error = BodyError;
 
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        self.get_mut().poll_push(cx)
+        let this = self.get_mut();
+        this.core.poll_push(&this.guard.shared, this.guard.key, cx)
     }
 
     fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), BodyError> {
-        let this = self.get_mut();
-        if this.closed {
-            return Err(BodyError::Stream(StreamError::AlreadyFinished));
-        }
-        debug_assert!(this.pending.is_none(), "start_send without poll_ready");
-        if !item.is_empty() {
-            this.pending = Some(item);
-        }
-        Ok(())
+        self.get_mut().core.start_send(item)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        self.get_mut().poll_push(cx)
+        let this = self.get_mut();
+        this.core.poll_push(&this.guard.shared, this.guard.key, cx)
     }
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
         let this = self.get_mut();
-        if this.closed {
-            return Poll::Ready(Ok(()));
-        }
-        match this.poll_push(cx) {
-            Poll::Ready(Ok(())) => {}
-            other => return other,
-        }
-        Poll::Ready(this.finish_now().map_err(BodyError::Stream))
+        this.core.poll_close(&this.guard.shared, this.guard.key, cx)
     }
 }
 
 impl Drop for RequestSink {
     fn drop(&mut self) {
-        if !self.closed {
+        if !self.core.closed {
             let mut sh = lock(&self.guard.shared);
             sh.conn.abort(self.guard.key);
             sh.wake_driver();

@@ -1,7 +1,8 @@
 //! The worker side on any executor: a stream of incoming requests, each with
 //! its head, a body stream and a responder.
 
-use super::driver::{DriverError, Io, Pass};
+use super::driver::{DriverError, Io};
+use super::side::{lock, poll_driver, Side, SinkCore};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{CloseCode, Message, RequestHead, ResponseHead, StreamId};
@@ -14,7 +15,7 @@ use futures_sink::Sink;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 #[derive(Default)]
@@ -34,10 +35,44 @@ struct Shared {
     finished: bool,
 }
 
-impl Shared {
-    fn wake_driver(&mut self) {
-        if let Some(w) = self.driver.take() {
+impl Side for Shared {
+    type Conn = WorkerConnection;
+
+    fn conn(&mut self) -> &mut WorkerConnection {
+        &mut self.conn
+    }
+
+    fn driver_waker(&mut self) -> &mut Option<Waker> {
+        &mut self.driver
+    }
+
+    fn done(&mut self) {
+        self.finished = true;
+        if let Some(w) = self.incoming_waker.take() {
             w.wake();
+        }
+    }
+
+    fn write_error(&self, key: StreamKey) -> Option<BodyError> {
+        match self.slots.get(&key).and_then(|s| s.gone) {
+            Some(WorkerEnd::ClientAborted | WorkerEnd::ConnectionLost) => {
+                Some(BodyError::ClientGone)
+            }
+            _ => None,
+        }
+    }
+
+    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, StreamError> {
+        self.conn.send_body(key, data)
+    }
+
+    fn finish(&mut self, key: StreamKey) -> Result<(), StreamError> {
+        self.conn.finish(key)
+    }
+
+    fn set_write_waker(&mut self, key: StreamKey, waker: Waker) {
+        if let Some(s) = self.slots.get_mut(&key) {
+            s.write_waker = Some(waker);
         }
     }
 
@@ -83,10 +118,6 @@ impl Shared {
 
 type SharedRef = Arc<Mutex<Shared>>;
 
-fn lock(s: &SharedRef) -> MutexGuard<'_, Shared> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Creates the worker side of a connection over `socket`. Poll the
 /// [`WorkerDriver`] (spawn it) and take requests from [`Incoming`].
 pub fn worker<S, T, E>(socket: S, timer: T, config: WorkerConfig) -> (Incoming, WorkerDriver<S, T>)
@@ -128,23 +159,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let mut sh = lock(&this.shared);
-        sh.driver = Some(cx.waker().clone());
-        loop {
-            let pass = this.io.poll_io(&mut sh.conn, cx);
-            sh.dispatch();
-            match pass {
-                Pass::Progress => continue,
-                Pass::Idle => return Poll::Pending,
-                Pass::Done(r) => {
-                    sh.finished = true;
-                    if let Some(w) = sh.incoming_waker.take() {
-                        w.wake();
-                    }
-                    return Poll::Ready(r);
-                }
-            }
-        }
+        poll_driver(&this.shared, &mut this.io, cx)
     }
 }
 
@@ -290,8 +305,7 @@ impl Responder {
         drop(sh);
         Ok(ResponseSink {
             guard: self.guard.clone(),
-            pending: None,
-            closed: false,
+            core: SinkCore::default(),
         })
     }
 
@@ -350,46 +364,14 @@ impl Future for ClientGone {
 /// Dropping it before closing fails the response (the relay gets `abort`).
 pub struct ResponseSink {
     guard: Arc<Guard>,
-    pending: Option<Bytes>,
-    closed: bool,
+    core: SinkCore,
 }
 
 impl ResponseSink {
     /// Fails the response after it started: the relay receives `abort`.
     pub fn fail(mut self) {
-        self.closed = true;
+        self.core.closed = true;
         fail(&self.guard);
-    }
-
-    fn poll_push(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        let mut sh = lock(&self.guard.shared);
-        let key = self.guard.key;
-        while let Some(mut data) = self.pending.take() {
-            if matches!(
-                sh.slots.get(&key).and_then(|s| s.gone),
-                Some(WorkerEnd::ClientAborted | WorkerEnd::ConnectionLost)
-            ) {
-                return Poll::Ready(Err(BodyError::ClientGone));
-            }
-            let n = sh
-                .conn
-                .send_body(key, data.clone())
-                .map_err(BodyError::Stream)?;
-            if n > 0 {
-                sh.wake_driver();
-            }
-            let _ = data.split_to(n);
-            if !data.is_empty() {
-                self.pending = Some(data);
-                if n == 0 {
-                    if let Some(s) = sh.slots.get_mut(&key) {
-                        s.write_waker = Some(cx.waker().clone());
-                    }
-                    return Poll::Pending;
-                }
-            }
-        }
-        Poll::Ready(Ok(()))
     }
 }
 
@@ -397,44 +379,28 @@ impl Sink<Bytes> for ResponseSink {
     type Error = BodyError;
 
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        self.get_mut().poll_push(cx)
+        let this = self.get_mut();
+        this.core.poll_push(&this.guard.shared, this.guard.key, cx)
     }
 
     fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), BodyError> {
-        let this = self.get_mut();
-        if this.closed {
-            return Err(BodyError::Stream(StreamError::AlreadyFinished));
-        }
-        if !item.is_empty() {
-            this.pending = Some(item);
-        }
-        Ok(())
+        self.get_mut().core.start_send(item)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        self.get_mut().poll_push(cx)
+        let this = self.get_mut();
+        this.core.poll_push(&this.guard.shared, this.guard.key, cx)
     }
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
         let this = self.get_mut();
-        if this.closed {
-            return Poll::Ready(Ok(()));
-        }
-        match this.poll_push(cx) {
-            Poll::Ready(Ok(())) => {}
-            other => return other,
-        }
-        this.closed = true;
-        let mut sh = lock(&this.guard.shared);
-        let r = sh.conn.finish(this.guard.key).map_err(BodyError::Stream);
-        sh.wake_driver();
-        Poll::Ready(r)
+        this.core.poll_close(&this.guard.shared, this.guard.key, cx)
     }
 }
 
 impl Drop for ResponseSink {
     fn drop(&mut self) {
-        if !self.closed {
+        if !self.core.closed {
             fail(&self.guard);
         }
     }
