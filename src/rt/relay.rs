@@ -2,7 +2,7 @@
 //! a body stream, or a typed error.
 
 use super::driver::{DriverError, Io};
-use super::side::{lock, poll_driver, Side, SinkCore};
+use super::side::{impl_body_sink, lock, poll_driver, Side, SinkCore};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{Message, RequestHead, ResponseHead};
@@ -281,28 +281,7 @@ impl RequestSink {
     }
 }
 
-impl Sink<Bytes> for RequestSink {
-    type Error = BodyError;
-
-    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        let this = self.get_mut();
-        this.core.poll_push(&this.guard.shared, this.guard.key, cx)
-    }
-
-    fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), BodyError> {
-        self.get_mut().core.start_send(item)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        let this = self.get_mut();
-        this.core.poll_push(&this.guard.shared, this.guard.key, cx)
-    }
-
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        let this = self.get_mut();
-        this.core.poll_close(&this.guard.shared, this.guard.key, cx)
-    }
-}
+impl_body_sink!(RequestSink);
 
 impl Drop for RequestSink {
     fn drop(&mut self) {

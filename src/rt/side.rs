@@ -144,3 +144,45 @@ impl SinkCore {
         r
     }
 }
+
+/// `Sink<Bytes>` for a body sink type with fields `guard` (holding `shared`
+/// and `key`) and `core: SinkCore`.
+macro_rules! impl_body_sink {
+    ($t:ty) => {
+        impl futures_sink::Sink<bytes::Bytes> for $t {
+            type Error = $crate::rt::BodyError;
+
+            fn poll_ready(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), Self::Error>> {
+                let this = self.get_mut();
+                this.core.poll_push(&this.guard.shared, this.guard.key, cx)
+            }
+
+            fn start_send(
+                self: std::pin::Pin<&mut Self>,
+                item: bytes::Bytes,
+            ) -> Result<(), Self::Error> {
+                self.get_mut().core.start_send(item)
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), Self::Error>> {
+                let this = self.get_mut();
+                this.core.poll_push(&this.guard.shared, this.guard.key, cx)
+            }
+
+            fn poll_close(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), Self::Error>> {
+                let this = self.get_mut();
+                this.core.poll_close(&this.guard.shared, this.guard.key, cx)
+            }
+        }
+    };
+}
+pub(crate) use impl_body_sink;

@@ -2,7 +2,7 @@
 //! its head, a body stream and a responder.
 
 use super::driver::{DriverError, Io};
-use super::side::{lock, poll_driver, Side, SinkCore};
+use super::side::{impl_body_sink, lock, poll_driver, Side, SinkCore};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{CloseCode, Message, RequestHead, ResponseHead, StreamId};
@@ -375,28 +375,7 @@ impl ResponseSink {
     }
 }
 
-impl Sink<Bytes> for ResponseSink {
-    type Error = BodyError;
-
-    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        let this = self.get_mut();
-        this.core.poll_push(&this.guard.shared, this.guard.key, cx)
-    }
-
-    fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), BodyError> {
-        self.get_mut().core.start_send(item)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        let this = self.get_mut();
-        this.core.poll_push(&this.guard.shared, this.guard.key, cx)
-    }
-
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
-        let this = self.get_mut();
-        this.core.poll_close(&this.guard.shared, this.guard.key, cx)
-    }
-}
+impl_body_sink!(ResponseSink);
 
 impl Drop for ResponseSink {
     fn drop(&mut self) {
