@@ -22,7 +22,7 @@ pub use error::{HandleError, StreamError};
 pub use inbound::BodyRead;
 pub use relay::{RelayConfig, RelayConnection, RelayEnd, RelayEvent};
 pub use stats::Stats;
-pub use worker::{WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent};
+pub use worker::{WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent, MAX_PENDING_REFUSALS};
 
 /// The application's handle on one stream of one connection.
 ///

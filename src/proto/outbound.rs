@@ -83,6 +83,7 @@ impl Outbound {
     }
 
     /// Queues a control message (no stream bookkeeping).
+    #[cfg(test)]
     pub fn push_control(&mut self, msg: Message) {
         self.control.push_back(Control {
             msg,

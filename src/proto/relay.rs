@@ -334,7 +334,7 @@ impl RelayConnection {
         let Some(s) = self.stream_mut(key)? else {
             return Ok(len);
         };
-        if !s.on_wire {
+        if !s.on_wire || s.orphaned {
             return Ok(len);
         }
         if !s.writing {
@@ -358,7 +358,7 @@ impl RelayConnection {
         let Some(s) = self.stream_mut(key)? else {
             return Ok(());
         };
-        if !s.on_wire {
+        if !s.on_wire || s.orphaned {
             return Ok(());
         }
         if !s.writing {

@@ -14,6 +14,11 @@ use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
+/// Refusals (400 for a malformed request, 503 over `max_streams`) the worker
+/// queues before it stops reading until they have gone out: a relay that
+/// keeps sending such requests without reading cannot grow the queue.
+pub const MAX_PENDING_REFUSALS: usize = 64;
+
 /// Bounds of a [`WorkerConnection`]. Every queue is finite.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -129,6 +134,9 @@ pub struct WorkerConnection {
     config: WorkerConfig,
     streams: HashMap<StreamKey, Stream>,
     ids: HashMap<StreamId, StreamKey>,
+    /// Requests answered at once by the machine itself (400, 503) whose
+    /// answer has not gone out yet: a relay `abort` drops it.
+    answering: HashMap<StreamId, StreamKey>,
     next_key: u64,
     core: Core,
     events: VecDeque<WorkerEvent>,
@@ -154,6 +162,7 @@ impl WorkerConnection {
             config,
             streams: HashMap::new(),
             ids: HashMap::new(),
+            answering: HashMap::new(),
             next_key: 1,
             core: Core::new(out, keepalive),
             events: VecDeque::new(),
@@ -165,9 +174,12 @@ impl WorkerConnection {
 
     /// Whether the driver may read the next message from the socket. False
     /// while any request body holds `max_unread_chunks` unread chunks (or all
-    /// hold `max_unread_bytes`), and after the connection closed.
+    /// hold `max_unread_bytes`), while [`MAX_PENDING_REFUSALS`] refusals (400, 503) wait
+    /// to go out to a relay that does not read, and after the connection
+    /// closed.
     pub fn wants_read(&self) -> bool {
         !self.core.closed
+            && self.answering.len() < MAX_PENDING_REFUSALS
             && self.unread_bytes < self.config.max_unread_bytes
             && self
                 .streams
@@ -387,6 +399,7 @@ impl WorkerConnection {
             self.events.push_back(WorkerEvent::Writable { key });
         }
         if let Some(key) = sent.ended {
+            self.answering.retain(|_, k| *k != key);
             if let Some(s) = self.streams.remove(&key) {
                 self.ids.remove(&s.id);
                 self.unread_bytes -= s.body.bytes();
@@ -454,7 +467,11 @@ impl WorkerConnection {
                     self.core.out.abort(key, id, SendAbort::Never);
                     self.ended(key, WorkerEnd::ClientAborted);
                 }
-                None => self.core.stats.messages_ignored += 1,
+                None => match self.answering.remove(&id) {
+                    // Our own refusal has not gone out: it must not now.
+                    Some(key) => self.core.out.abort(key, id, SendAbort::Never),
+                    None => self.core.stats.messages_ignored += 1,
+                },
             },
             ControlFrame::Response { .. } => self.core.stats.messages_ignored += 1,
         }
@@ -480,40 +497,48 @@ impl WorkerConnection {
         else {
             return;
         };
-        if self.ids.contains_key(&id) {
+        if self.ids.contains_key(&id) || self.answering.contains_key(&id) {
             return;
         }
         let body = format!("Bad Request: {err}");
         let headers = Headers::try_from_pairs([("content-type", "text/plain; charset=utf-8")])
             .expect("static headers are valid");
-        let head = ResponseHead::new(400, headers).expect("valid");
-        self.core
-            .out
-            .push_control(ControlFrame::Response { id, head }.to_message());
-        self.core
-            .out
-            .push_control(Message::Binary(frame::encode_chunk(id, body.as_bytes())));
-        self.core
-            .out
-            .push_control(ControlFrame::End { id }.to_message());
+        self.answer_now(
+            id,
+            ResponseHead::new(400, headers).expect("valid"),
+            body.as_bytes(),
+        );
+    }
+
+    /// Answers a request the machine refuses itself (no stream is opened):
+    /// head, body and `end` as control messages, dropped if the relay aborts
+    /// the id before they have gone out.
+    fn answer_now(&mut self, id: StreamId, head: ResponseHead, body: &[u8]) {
+        if self.answering.contains_key(&id) {
+            return;
+        }
+        let key = StreamKey(self.next_key);
+        self.next_key += 1;
+        self.answering.insert(id, key);
+        let out = &mut self.core.out;
+        out.push_stream_control(key, &ControlFrame::Response { id, head });
+        if !body.is_empty() {
+            out.push_stream_message(key, Message::Binary(frame::encode_chunk(id, body)));
+        }
+        out.open(key, id);
+        out.finish(key);
     }
 
     fn on_request(&mut self, id: StreamId, head: RequestHead) {
-        if self.ids.contains_key(&id) {
+        if self.ids.contains_key(&id) || self.answering.contains_key(&id) {
             self.core.stats.messages_ignored += 1;
             return;
         }
         if self.streams.len() >= self.config.max_streams {
             // Refuse at once; later frames for this id are not open and ignored.
-            let headers = Headers::try_from_pairs([("content-length", "0")]).expect("valid");
-            let head = ResponseHead::new(503, headers).expect("valid");
-            self.core
-                .out
-                .push_control(ControlFrame::Response { id, head }.to_message());
-            self.core
-                .out
-                .push_control(ControlFrame::End { id }.to_message());
             self.core.stats.messages_ignored += 1;
+            let headers = Headers::try_from_pairs([("content-length", "0")]).expect("valid");
+            self.answer_now(id, ResponseHead::new(503, headers).expect("valid"), b"");
             return;
         }
         let key = StreamKey(self.next_key);
@@ -568,6 +593,7 @@ impl WorkerConnection {
             return;
         }
         self.ids.clear();
+        self.answering.clear();
         let mut keys: Vec<StreamKey> = self.streams.keys().copied().collect();
         keys.sort();
         for key in keys {
