@@ -4,7 +4,7 @@
 use super::{
     FrameError, IdError, Message, StreamId, CHUNK_HEADER_LEN, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
 };
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// One body chunk of a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,11 +55,21 @@ impl Chunk {
 
 /// Encodes one chunk: the 4-byte id then `body`.
 pub fn encode_chunk(id: StreamId, body: &[u8]) -> Bytes {
-    let mut buf = BytesMut::with_capacity(CHUNK_HEADER_LEN + body.len());
+    // The body lands at the same address modulo 64 as its source: a copy
+    // between buffers whose distance modulo 4096 is small ("4K aliasing") or
+    // not a multiple of the cache line runs several times slower (up to 20x
+    // with `rep movsb` on AMD Zen 3/4). Costs at most 63 bytes of capacity.
+    let mut buf = BytesMut::with_capacity(ALIGN - 1 + CHUNK_HEADER_LEN + body.len());
+    let body_at = buf.as_ptr() as usize + CHUNK_HEADER_LEN;
+    let skip = (body.as_ptr() as usize).wrapping_sub(body_at) % ALIGN;
+    buf.put_bytes(0, skip);
+    buf.advance(skip);
     buf.put_u32(id.get());
     buf.put_slice(body);
     buf.freeze()
 }
+
+const ALIGN: usize = 64;
 
 /// Splits a body of any size into pieces of at most `max` bytes (clamped to
 /// 1..=[`MAX_CHUNK_BODY`]), each a zero-copy slice of `body`. An empty body

@@ -5,8 +5,37 @@ use super::HeaderError;
 
 /// Whether `b` is an HTTP token character (RFC 9110 `tchar`).
 pub(crate) fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    TCHAR[b as usize]
 }
+
+/// RFC 9110 `tchar`, as a table.
+static TCHAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        i += 1;
+    }
+    t
+};
 
 /// Whether `s` is a non-empty HTTP token (a valid method or header name).
 pub fn is_token(s: &str) -> bool {
@@ -14,11 +43,14 @@ pub fn is_token(s: &str) -> bool {
 }
 
 fn check_value(value: &str, index: usize) -> Result<(), HeaderError> {
-    for c in value.chars() {
-        if c > '\u{ff}' {
+    // Byte by byte on the UTF-8: a char above U+00FF is exactly one whose
+    // lead byte is 0xC4 or more; CR, LF and NUL are single bytes. The first
+    // offending char decides, as when walking chars.
+    for &b in value.as_bytes() {
+        if b >= 0xc4 {
             return Err(HeaderError::NotLatin1 { index });
         }
-        if matches!(c, '\r' | '\n' | '\0') {
+        if matches!(b, b'\r' | b'\n' | 0) {
             return Err(HeaderError::ForbiddenChar { index });
         }
     }
@@ -77,7 +109,8 @@ impl Headers {
         N: Into<String>,
         V: Into<String>,
     {
-        let mut h = Headers::new();
+        let pairs = pairs.into_iter();
+        let mut h = Headers(Vec::with_capacity(pairs.size_hint().0));
         for (n, v) in pairs {
             h.try_push(n, v)?;
         }

@@ -186,7 +186,7 @@ impl<'de: 'a, 'a> Visitor<'de> for HeadersVisitor<'a> {
         f.write_str("any JSON value")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::with_capacity(s.size_hint().unwrap_or(0).min(64));
+        let mut out = Vec::with_capacity(s.size_hint().unwrap_or(16).min(64));
         let mut wrong = false;
         while let Some(LPair(p)) = s.next_element::<LPair<'a>>()? {
             match p {

@@ -293,7 +293,8 @@ impl RelayConnection {
             .map_err(|_| StreamError::InvalidContentLength)?;
         let id = self.alloc_id();
         let frame = ControlFrame::Request { id, head };
-        let len = frame.encode().len();
+        let text = frame.encode();
+        let len = text.len();
         if len > MAX_MESSAGE_LEN {
             return Err(FrameError::TooLarge {
                 len,
@@ -320,7 +321,7 @@ impl RelayConnection {
                 orphaned: false,
             },
         );
-        self.core.out.push_stream_control(key, &frame);
+        self.core.out.push_stream_message(key, Message::Text(text));
         self.core.out.open(key, id);
         self.core.stats.streams_opened += 1;
         Ok(key)

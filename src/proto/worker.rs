@@ -258,7 +258,8 @@ impl WorkerConnection {
             .content_length()
             .map_err(|_| StreamError::InvalidContentLength)?;
         let frame = ControlFrame::Response { id: s.id, head };
-        let len = frame.encode().len();
+        let text = frame.encode();
+        let len = text.len();
         if len > MAX_MESSAGE_LEN {
             return Err(FrameError::TooLarge {
                 len,
@@ -269,7 +270,7 @@ impl WorkerConnection {
         s.resp = Resp::Started;
         s.content_length = content_length;
         let id = s.id;
-        self.core.out.push_stream_control(key, &frame);
+        self.core.out.push_stream_message(key, Message::Text(text));
         self.core.out.open(key, id);
         Ok(())
     }
