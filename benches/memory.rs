@@ -344,6 +344,12 @@ fn main() {
         "/echo",
         Some(mibps * MIB),
     ));
+    rows.extend(scenario(
+        &bin,
+        &format!("slow-sink app ({mibps} MiB/s)"),
+        &format!("/slow-sink?mibps={mibps}"),
+        None,
+    ));
     rows.extend(scenario(&bin, "sha256-full-speed", "/sha256", None));
     println!("\nPeak RSS while 1 GiB is uploaded through the relay (MiB)\n");
     println!("| scenario | process | idle RSS | max sampled RSS | VmHWM (peak) | target | met? | upload took |");

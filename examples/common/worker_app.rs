@@ -230,6 +230,18 @@ pub async fn handle(req: Request, worker_token: Option<Token>) {
             )
             .await
         }
+        ("POST", "/slow-sink") => {
+            // Reads the body at `mibps` MiB/s (a slow disk), answers its length.
+            let mibps = query_param(rh.query(), "mibps").unwrap_or(1).max(1);
+            let mut n: u64 = 0;
+            while let Some(piece) = body.next().await {
+                let Ok(piece) = piece else { return };
+                n += piece.len() as u64;
+                let secs = piece.len() as f64 / (mibps as f64 * 1024.0 * 1024.0);
+                tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+            }
+            reply(responder, 200, "text/plain", Bytes::from(n.to_string())).await
+        }
         ("GET", "/bytes") => {
             let n = query_param(rh.query(), "n").unwrap_or(0);
             let len = n.to_string();
