@@ -101,6 +101,19 @@ async fn every_route_through_relay_and_worker() {
             "the bytes sent before the failure arrive"
         );
 
+        let t = Instant::now();
+        let r = request(
+            addr,
+            "POST",
+            "/w/abc/slow-sink?mibps=8",
+            &h,
+            pattern(2 << 20),
+        )
+        .await
+        .unwrap();
+        assert_eq!((r.status, &r.body[..]), (200, &b"2097152"[..]));
+        assert!(t.elapsed() >= Duration::from_millis(200), "read at 8 MiB/s");
+
         let r = request(addr, "GET", "/w/abc/nope", &h, Bytes::new())
             .await
             .unwrap();
