@@ -428,3 +428,38 @@ fn a_new_connection_with_the_same_token_replaces_the_old() {
         first.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_handshake_refusals() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    bounded(async {
+        let (addr, _relay) = in_process_stack().await;
+        let status_of = |extra: String| async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let req = format!(
+                "GET /connect HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\
+                 sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\nsec-websocket-version: 13\r\n{extra}\r\n"
+            );
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut buf = vec![0u8; 1024];
+            let n = s.read(&mut buf).await.unwrap();
+            let text = String::from_utf8_lossy(&buf[..n]).to_string();
+            text.split_whitespace().nth(1).unwrap_or("").to_owned()
+        };
+        let auth = format!("authorization: Bearer {CONNECT_TOKEN}\r\n");
+        let proto = "sec-websocket-protocol: strata-worker-connect.v1\r\n";
+        assert_eq!(status_of(auth.clone()).await, "400", "subprotocol not offered");
+        assert_eq!(status_of(proto.to_string()).await, "401", "no token");
+        assert_eq!(
+            status_of(format!("{proto}authorization: Bearer nope\r\n")).await,
+            "401",
+            "unknown token"
+        );
+        assert_eq!(
+            status_of(format!("sec-websocket-protocol: other, strata-worker-connect.v1\r\n{auth}")).await,
+            "101",
+            "offered among others, with the right token"
+        );
+    })
+    .await;
+}
