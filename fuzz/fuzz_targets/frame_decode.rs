@@ -1,0 +1,4 @@
+//! Fuzz target `frame_decode`: see `worker_relay::fuzzing::frame_decode` for what it checks.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| worker_relay::fuzzing::frame_decode(data));

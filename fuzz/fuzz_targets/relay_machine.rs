@@ -1,0 +1,4 @@
+//! Fuzz target `relay_machine`: see `worker_relay::fuzzing::relay_machine` for what it checks.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| worker_relay::fuzzing::relay_machine(data));
