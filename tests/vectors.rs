@@ -139,7 +139,14 @@ fn frame_value(f: &ControlFrame) -> Value {
     }
 }
 
-fn decode(msg: &Input) -> Result<Decoded, FrameError> {
+fn decode(msg: &Input, v: &Value) -> Result<Decoded, FrameError> {
+    match (v.get("limits").and_then(Value::as_str), msg) {
+        (None, _) => {}
+        (Some("default"), Input::Text(t)) => {
+            return frame::decode_text_limited(t, &frame::HeadLimits::default());
+        }
+        (other, _) => panic!("limits {other:?}: only \"default\", on text vectors"),
+    }
     let (direct, via_message) = match msg {
         Input::Text(t) => (
             frame::decode_text(t),
@@ -279,16 +286,16 @@ fn check_error(e: &FrameError, expect: &Value, doc: &Value) -> Result<(), String
 fn check(v: &Value, doc: &Value) -> Result<(), String> {
     let msg = input(v)?;
     let expect = &v["expect"];
-    let outcomes: Vec<&str> = ["frame", "chunk", "ignored", "error"]
+    let outcomes: Vec<&str> = ["frame", "chunk", "ignored", "error", "accepted"]
         .into_iter()
         .filter(|k| expect.get(*k).is_some())
         .collect();
     if outcomes.len() != 1 {
         return Err(format!(
-            "expect must hold exactly one of frame/chunk/ignored/error, got {outcomes:?}"
+            "expect must hold exactly one of frame/chunk/ignored/error/accepted, got {outcomes:?}"
         ));
     }
-    let got = decode(&msg);
+    let got = decode(&msg, v);
     match (outcomes[0], &got) {
         ("frame", Ok(Decoded::Control(f))) => check_frame(f, expect),
         ("chunk", Ok(d @ Decoded::Chunk(_))) => check_chunk(&msg, v, d, &expect["chunk"]),
@@ -302,6 +309,17 @@ fn check(v: &Value, doc: &Value) -> Result<(), String> {
             }
         }
         ("error", Err(e)) => check_error(e, expect, doc),
+        ("accepted", Ok(Decoded::Control(f))) => {
+            if expect["accepted"].as_str() == Some(f.type_name()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "accepted {}, expected {}",
+                    f.type_name(),
+                    expect["accepted"]
+                ))
+            }
+        }
         (want, got) => Err(format!("expected {want}, got {got:?}")),
     }
 }
@@ -376,6 +394,8 @@ fn coverage_cannot_silently_regress() {
             outcomes.insert("valid chunk".to_owned());
         } else if e.get("ignored").is_some() {
             outcomes.insert("ignored".to_owned());
+        } else if let Some(t) = e["accepted"].as_str() {
+            outcomes.insert(format!("accepted {t}"));
         } else {
             panic!("vector {} has no known outcome", v["name"]);
         }

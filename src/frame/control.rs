@@ -1,7 +1,8 @@
 //! Control frames: the JSON text messages `request`, `response`, `end`, `abort`.
 
+use super::head_limits::HeadLimits;
 use super::headers::is_token;
-use super::raw::{LHeaders, LNum, LStr, RawFrame};
+use super::raw::{LHeaders, LNum, LStr, RawFrame, Wanted};
 use super::{FrameError, Headers, IdError, Message, StreamId, MAX_MESSAGE_LEN};
 use std::borrow::Cow;
 
@@ -258,6 +259,7 @@ fn parse_headers(f: Option<LHeaders<'_>>) -> Result<Headers, FrameError> {
     match f {
         None => Ok(Headers::new()),
         Some(LHeaders::Wrong) => Err(FrameError::WrongType("headers")),
+        Some(LHeaders::OverLimit(e)) => Err(FrameError::HeadOverLimit(e)),
         Some(LHeaders::Ok(pairs)) => Ok(Headers::try_from_pairs(
             pairs
                 .into_iter()
@@ -266,13 +268,42 @@ fn parse_headers(f: Option<LHeaders<'_>>) -> Result<Headers, FrameError> {
     }
 }
 
+/// A control frame that was refused, with its type and id when those were
+/// readable (so a machine can answer the stream it names).
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub error: FrameError,
+    /// The frame's `type` (`"request"`, …) and valid id, if both were read.
+    pub known: Option<(&'static str, StreamId)>,
+}
+
+impl From<FrameError> for Refused {
+    fn from(error: FrameError) -> Refused {
+        Refused { error, known: None }
+    }
+}
+
 /// Decodes a control frame; `Ok(None)` for a frame of unknown `type`.
 pub(crate) fn decode_control(text: &str) -> Result<Option<ControlFrame>, FrameError> {
+    decode_control_limited(text, None, None).map_err(|r| r.error)
+}
+
+/// [`decode_control`] with heads held to `limits`: a `request` or `response`
+/// over a bound is [`FrameError::HeadOverLimit`], and a header list that
+/// crosses a bound is skipped unread from that point on. A frame whose
+/// `type` and id `wanted` declines is `Ok(None)`, like an unknown type,
+/// read no further than its id.
+pub(crate) fn decode_control_limited(
+    text: &str,
+    limits: Option<&HeadLimits>,
+    wanted: Option<Wanted<'_>>,
+) -> Result<Option<ControlFrame>, Refused> {
     if text.len() > MAX_MESSAGE_LEN {
         return Err(FrameError::TooLarge {
             len: text.len(),
             limit: MAX_MESSAGE_LEN,
-        });
+        }
+        .into());
     }
     let first = text
         .bytes()
@@ -282,35 +313,59 @@ pub(crate) fn decode_control(text: &str) -> Result<Option<ControlFrame>, FrameEr
         return Err(match serde_json::from_str::<serde::de::IgnoredAny>(text) {
             Ok(_) => FrameError::NotAnObject,
             Err(e) => FrameError::InvalidJson(e.to_string()),
-        });
+        }
+        .into());
     }
-    let raw: RawFrame<'_> =
-        serde_json::from_str(text).map_err(|e| FrameError::InvalidJson(e.to_string()))?;
+    let Some(raw) = RawFrame::parse(text, limits, wanted)
+        .map_err(|e| FrameError::InvalidJson(e.to_string()))?
+    else {
+        return Ok(None);
+    };
     let ty = req_str(raw.ty, "type")?;
     let frame = match &*ty {
         "request" => {
-            let id = parse_id(raw.id)?;
-            let method = req_str(raw.method, "method")?;
-            let path = req_str(raw.path, "path")?;
-            let query = opt_str(raw.query, "query")?;
-            let headers = parse_headers(raw.headers)?;
-            let head = RequestHead::new(method, path, query, headers)?;
+            let id = parse_id(raw.id).map_err(FrameError::from)?;
+            let known = |error| Refused {
+                error,
+                known: Some(("request", id)),
+            };
+            let head = (|| {
+                let method = req_str(raw.method, "method")?;
+                let path = req_str(raw.path, "path")?;
+                let query = opt_str(raw.query, "query")?;
+                let headers = parse_headers(raw.headers)?;
+                let head = RequestHead::new(method, path, query, headers)?;
+                if let Some(l) = limits {
+                    l.check_request(&head)?;
+                }
+                Ok(head)
+            })()
+            .map_err(known)?;
             ControlFrame::Request { id, head }
         }
         "response" => {
-            let id = parse_id(raw.id)?;
-            let status = parse_status(raw.status)?;
-            let headers = parse_headers(raw.headers)?;
-            ControlFrame::Response {
-                id,
-                head: ResponseHead::new(status, headers)?,
-            }
+            let id = parse_id(raw.id).map_err(FrameError::from)?;
+            let known = |error| Refused {
+                error,
+                known: Some(("response", id)),
+            };
+            let head = (|| {
+                let status = parse_status(raw.status)?;
+                let headers = parse_headers(raw.headers)?;
+                let head = ResponseHead::new(status, headers)?;
+                if let Some(l) = limits {
+                    l.check_response(&head)?;
+                }
+                Ok(head)
+            })()
+            .map_err(known)?;
+            ControlFrame::Response { id, head }
         }
         "end" => ControlFrame::End {
-            id: parse_id(raw.id)?,
+            id: parse_id(raw.id).map_err(FrameError::from)?,
         },
         "abort" => ControlFrame::Abort {
-            id: parse_id(raw.id)?,
+            id: parse_id(raw.id).map_err(FrameError::from)?,
         },
         _ => return Ok(None),
     };

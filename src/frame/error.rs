@@ -99,6 +99,11 @@ pub enum FrameError {
     /// A header name or value was refused.
     #[error(transparent)]
     InvalidHeader(#[from] HeaderError),
+    /// A `request` or `response` head over a bound of the receiver's
+    /// [`HeadLimits`](super::HeadLimits) (too many headers, too large, a long
+    /// target or method).
+    #[error("head over limit: {0}")]
+    HeadOverLimit(#[from] super::HeadLimitError),
     /// A binary message shorter than the 4-byte stream id.
     #[error("binary message of {len} bytes is shorter than the 4-byte stream id")]
     ChunkTooShort {
@@ -142,6 +147,7 @@ impl FrameError {
             FrameError::InvalidHeader(HeaderError::NotLatin1 { .. }) => "header_not_latin1",
             FrameError::InvalidHeader(HeaderError::ForbiddenChar { .. }) => "header_forbidden_char",
             FrameError::InvalidHeader(HeaderError::InvalidContentLength) => "content_length",
+            FrameError::HeadOverLimit(_) => "head_over_limit",
             FrameError::ChunkTooShort { .. } => "chunk_too_short",
         }
     }

@@ -11,6 +11,7 @@
 mod chunk;
 mod control;
 mod error;
+mod head_limits;
 mod headers;
 mod id;
 mod limits;
@@ -18,8 +19,10 @@ mod message;
 mod raw;
 
 pub use chunk::{encode_chunk, split_body, Chunk, SplitBody};
+pub(crate) use control::decode_control_limited;
 pub use control::{ControlFrame, RequestHead, ResponseHead};
 pub use error::{FrameError, HeaderError, IdError};
+pub use head_limits::{HeadLimitError, HeadLimits};
 pub use headers::{
     check_header, is_hop_by_hop_name, is_token, latin1_to_string, string_to_latin1, Headers,
     HOP_BY_HOP,
@@ -49,6 +52,20 @@ pub fn decode_text(text: &str) -> Result<Decoded, FrameError> {
         Some(f) => Decoded::Control(f),
         None => Decoded::Unknown,
     })
+}
+
+/// [`decode_text`] with `request` and `response` heads held to `limits`:
+/// a head over a bound is [`FrameError::HeadOverLimit`]. A header list that
+/// crosses a bound is skipped from that point without being collected, so
+/// a 1 MiB frame of tiny headers costs a scan rather than a parse. This is
+/// what the state machines use for every text message they read.
+pub fn decode_text_limited(text: &str, limits: &HeadLimits) -> Result<Decoded, FrameError> {
+    Ok(
+        match control::decode_control_limited(text, Some(limits), None).map_err(|r| r.error)? {
+            Some(f) => Decoded::Control(f),
+            None => Decoded::Unknown,
+        },
+    )
 }
 
 /// Decodes a binary message (a body chunk), slicing it without copying.

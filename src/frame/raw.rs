@@ -2,8 +2,10 @@
 //! "the value" or "wrong type" instead of failing the whole parse, so
 //! validation can say exactly which field was wrong.
 
+use super::head_limits::{header_line_len, HeadLimitError, HeadLimits};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -25,25 +27,152 @@ pub(crate) enum LNum {
 pub(crate) enum LHeaders<'a> {
     Ok(Vec<(Cow<'a, str>, Cow<'a, str>)>),
     Wrong,
+    /// The list crossed a [`HeadLimits`] bound; the rest was skipped unread.
+    OverLimit(HeadLimitError),
 }
 
-/// The fields of any control frame; unknown fields are ignored.
-#[derive(serde::Deserialize)]
+/// The fields of any control frame; unknown fields are ignored, a repeated
+/// known field is an error (as serde's derive makes it).
+#[derive(Default)]
 pub(crate) struct RawFrame<'a> {
-    #[serde(rename = "type", borrow, default)]
     pub ty: Option<LStr<'a>>,
-    #[serde(default)]
     pub id: Option<LNum>,
-    #[serde(borrow, default)]
     pub method: Option<LStr<'a>>,
-    #[serde(borrow, default)]
     pub path: Option<LStr<'a>>,
-    #[serde(borrow, default)]
     pub query: Option<LStr<'a>>,
-    #[serde(default)]
     pub status: Option<LNum>,
-    #[serde(borrow, default)]
     pub headers: Option<LHeaders<'a>>,
+}
+
+/// Whether the reader wants a frame of this `type` and id; `false` stops
+/// the parse right there (the frame is ignored without being read further).
+pub(crate) type Wanted<'w> = &'w dyn Fn(&str, u64) -> bool;
+
+impl<'a> RawFrame<'a> {
+    /// Parses `text`, collecting headers only while they fit `limits`: past a
+    /// bound the rest of the list is skipped without allocating, so a huge
+    /// head costs a scan, not a parse. Once `type` and an integer `id` are
+    /// read (they come first in the spec's field order), `wanted` may stop
+    /// the parse: `Ok(None)`, the rest of the text unread.
+    pub fn parse(
+        text: &'a str,
+        limits: Option<&HeadLimits>,
+        wanted: Option<Wanted<'_>>,
+    ) -> serde_json::Result<Option<RawFrame<'a>>> {
+        let skipped = Cell::new(false);
+        let mut de = serde_json::Deserializer::from_str(text);
+        let seed = FrameSeed {
+            limits,
+            wanted,
+            skipped: &skipped,
+        };
+        match de::DeserializeSeed::deserialize(seed, &mut de) {
+            Err(_) if skipped.get() => Ok(None),
+            Err(e) => Err(e),
+            Ok(raw) => {
+                de.end()?;
+                Ok(Some(raw))
+            }
+        }
+    }
+}
+
+struct FrameSeed<'l, 'w> {
+    limits: Option<&'l HeadLimits>,
+    wanted: Option<Wanted<'w>>,
+    skipped: &'l Cell<bool>,
+}
+
+impl<'de> de::DeserializeSeed<'de> for FrameSeed<'_, '_> {
+    type Value = RawFrame<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawFrame<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FrameSeed<'_, '_> {
+    type Value = RawFrame<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<RawFrame<'de>, A::Error> {
+        let mut f = RawFrame::default();
+        // Whether each field was present (a `null` counts as absent but is
+        // still a repeat if it comes twice).
+        let mut seen = [false; 7];
+        while let Some(key) = m.next_key::<LStr<'de>>()? {
+            let LStr::Str(key) = key else {
+                m.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let (i, name) = match &*key {
+                "type" => (0, "type"),
+                "id" => (1, "id"),
+                "method" => (2, "method"),
+                "path" => (3, "path"),
+                "query" => (4, "query"),
+                "status" => (5, "status"),
+                "headers" => (6, "headers"),
+                _ => {
+                    m.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            if std::mem::replace(&mut seen[i], true) {
+                return Err(de::Error::duplicate_field(name));
+            }
+            match i {
+                0 => f.ty = m.next_value()?,
+                1 => f.id = m.next_value()?,
+                2 => f.method = m.next_value()?,
+                3 => f.path = m.next_value()?,
+                4 => f.query = m.next_value()?,
+                5 => f.status = m.next_value()?,
+                _ => {
+                    let seed = OptionSeed(HeadersVisitor {
+                        limits: self.limits,
+                        _a: PhantomData,
+                    });
+                    f.headers = m.next_value_seed(seed)?
+                }
+            }
+            if let (Some(wanted), true, Some(LStr::Str(ty)), Some(LNum::U(id))) =
+                (self.wanted, i <= 1, &f.ty, &f.id)
+            {
+                if !wanted(ty, *id) {
+                    self.skipped.set(true);
+                    return Err(de::Error::custom("frame not wanted"));
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// `null` as `None`, anything else through the inner visitor.
+struct OptionSeed<V>(V);
+
+impl<'de, V: Visitor<'de>> de::DeserializeSeed<'de> for OptionSeed<V> {
+    type Value = Option<V::Value>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for OptionSeed<V> {
+    type Value = Option<V::Value>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self.0).map(Some)
+    }
 }
 
 /// Visits and discards whatever a wrong-typed value holds.
@@ -178,9 +307,12 @@ impl<'de: 'a, 'a> Deserialize<'de> for LPair<'a> {
     }
 }
 
-struct HeadersVisitor<'a>(PhantomData<&'a ()>);
+struct HeadersVisitor<'l, 'a> {
+    limits: Option<&'l HeadLimits>,
+    _a: PhantomData<&'a ()>,
+}
 
-impl<'de: 'a, 'a> Visitor<'de> for HeadersVisitor<'a> {
+impl<'de: 'a, 'a> Visitor<'de> for HeadersVisitor<'_, 'a> {
     type Value = LHeaders<'a>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any JSON value")
@@ -188,10 +320,21 @@ impl<'de: 'a, 'a> Visitor<'de> for HeadersVisitor<'a> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::with_capacity(s.size_hint().unwrap_or(16).min(64));
         let mut wrong = false;
+        let (mut count, mut bytes) = (0usize, 0usize);
         while let Some(LPair(p)) = s.next_element::<LPair<'a>>()? {
+            count += 1;
             match p {
-                Some(pair) if !wrong => out.push(pair),
-                _ => wrong = true,
+                Some((n, v)) => {
+                    bytes += header_line_len(&n, &v);
+                    if !wrong {
+                        out.push((n, v));
+                    }
+                }
+                None => wrong = true,
+            }
+            if let Some(e) = self.limits.and_then(|l| l.header_fits(count, bytes)) {
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                return Ok(LHeaders::OverLimit(e));
             }
         }
         Ok(if wrong {
@@ -213,10 +356,4 @@ impl<'de: 'a, 'a> Visitor<'de> for HeadersVisitor<'a> {
         Ok(LHeaders::Wrong)
     }
     wrong_for_others!(LHeaders::Wrong);
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for LHeaders<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(HeadersVisitor(PhantomData))
-    }
 }
