@@ -22,12 +22,13 @@ use crate::connect::{
     UrlMap, Verdict, WorkerId, SEC_WEBSOCKET_PROTOCOL,
 };
 use crate::frame::{
-    self, CloseCode, ControlFrame, Decoded, FrameError, Headers, Message, RequestHead,
+    self, CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Headers, Message, RequestHead,
     ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN, SUBPROTOCOL,
 };
 use crate::proto::{
-    BodyRead, HandleError, RelayConfig, RelayConnection, RelayEnd, RelayEvent, StreamError,
-    StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent, MAX_PENDING_REFUSALS,
+    is_control_route, BodyRead, HandleError, RelayConfig, RelayConnection, RelayEnd, RelayEvent,
+    StreamError, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
+    MAX_PENDING_REFUSALS,
 };
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -207,7 +208,9 @@ fn gen_headers(c: &mut Cursor<'_>) -> Headers {
     h
 }
 
-const METHODS: &[&str] = &["GET", "POST", "PUT", "DELETE", "HEAD"];
+const METHODS: &[&str] = &[
+    "GET", "POST", "PUT", "DELETE", "HEAD", "HEAD", "CONNECT", "TRACE",
+];
 const PATHS: &[&str] = &[
     "/health",
     "/v1/execute",
@@ -237,9 +240,10 @@ fn gen_request_head(c: &mut Cursor<'_>) -> RequestHead {
 }
 
 fn gen_response_head(c: &mut Cursor<'_>) -> ResponseHead {
-    let status = match c.u8() % 4 {
-        0 => 100 + c.u16() % 900,
-        1 => 500,
+    let status = match c.u8() % 8 {
+        0 | 1 => 100 + c.u16() % 900,
+        2 => 500,
+        3 => c.pick(&[101, 204, 304, 100, 599, 600]),
         _ => 200,
     };
     ResponseHead::new(status, gen_headers(c)).expect("generated heads are valid")
@@ -340,7 +344,7 @@ fn padded_text(len: usize) -> Message {
 /// Miscellaneous peer messages shared by both machines (`id` is a plausible
 /// id for the frames that take one).
 fn gen_misc_message(c: &mut Cursor<'_>, id: StreamId, last_ping: Option<&Bytes>) -> Message {
-    match c.u8() % 14 {
+    match c.u8() % 15 {
         0 => Message::Text(format!(r#"{{"type":"window_update","id":{id}}}"#)),
         1 => Message::Text(String::from_utf8_lossy(c.short_bytes(64)).into_owned()),
         2 => Message::Binary(Bytes::copy_from_slice(c.short_bytes(64))),
@@ -364,7 +368,23 @@ fn gen_misc_message(c: &mut Cursor<'_>, id: StreamId, last_ping: Option<&Bytes>)
                 r#""method":"GET","path":"/","query":7"#,
                 r#""method":"GET","path":"/","headers":{"a":"b"}"#,
             ]);
-            Message::Text(format!(r#"{{"type":"request","id":{id},{bad}}}"#))
+            match c.u8() % 4 {
+                0 => over_limit_head("request", id, c.u8()),
+                _ => Message::Text(format!(r#"{{"type":"request","id":{id},{bad}}}"#)),
+            }
+        }
+        13 => {
+            // A `response` whose id is usable and one other field is not.
+            let bad = c.pick(&[
+                r#""status":1000"#,
+                r#""status":"200""#,
+                r#""status":200,"headers":[["a","x\r\ny"]]"#,
+                r#""headers":[]"#,
+            ]);
+            match c.u8() % 4 {
+                0 => over_limit_head("response", id, c.u8()),
+                _ => Message::Text(format!(r#"{{"type":"response","id":{id},{bad}}}"#)),
+            }
         }
         9 => Message::Text(format!(r#"{{"type":"end","id":{id},"extra":[1,{{}}]}}"#)),
         10 => Message::Text(format!(r#"{{"type":"abort","id":"{id}"}}"#)),
@@ -374,12 +394,35 @@ fn gen_misc_message(c: &mut Cursor<'_>, id: StreamId, last_ping: Option<&Bytes>)
     }
 }
 
+/// A well-formed head over a default [`HeadLimits`] bound: 101 headers, a
+/// 64 KiB header, a 9 KiB target or a 40-byte method.
+fn over_limit_head(ty: &str, id: StreamId, which: u8) -> Message {
+    let headers = match which % 4 {
+        0 => (0..101)
+            .map(|i| format!(r#"["x-{i}","v"]"#))
+            .collect::<Vec<_>>(),
+        _ => vec![format!(r#"["x-big","{}"]"#, "v".repeat(64 << 10))],
+    };
+    let headers = headers.join(",");
+    let rest = match (ty, which % 4) {
+        ("response", _) => format!(r#""status":200,"headers":[{headers}]"#),
+        (_, 2) => format!(r#""method":"GET","path":"/{}""#, "p".repeat(9 << 10)),
+        (_, 3) => format!(r#""method":"{}","path":"/""#, "M".repeat(40)),
+        _ => format!(r#""method":"GET","path":"/","headers":[{headers}]"#),
+    };
+    Message::Text(format!(r#"{{"type":"{ty}","id":{id},{rest}}}"#))
+}
+
 /// What a peer message means to the machine that reads it, classified with
 /// the crate's own decoder (as the machine sees it).
 #[derive(Debug)]
 enum Class {
-    Request(StreamId, Option<RequestHead>),
+    /// A request; `Err(status)` when the worker refuses it itself (a
+    /// malformed or over-limit head with a usable id).
+    Request(StreamId, Result<RequestHead, u16>),
     Response(StreamId, ResponseHead),
+    /// A `response` with a usable id whose head is malformed or over a limit.
+    BadResponse(StreamId),
     End(StreamId),
     Abort(StreamId),
     Chunk(StreamId, Bytes),
@@ -388,39 +431,50 @@ enum Class {
     Other,
 }
 
-fn classify(msg: &Message, worker_side: bool) -> Class {
+fn classify(msg: &Message, worker_side: bool, limits: &HeadLimits) -> Class {
     let decoded = match msg {
         Message::Close(_) => return Class::Close,
         Message::Ping(_) | Message::Pong(_) => return Class::Other,
-        Message::Text(t) => frame::decode_text(t),
+        Message::Text(t) => frame::decode_text_limited(t, limits),
         Message::Binary(b) => frame::decode_binary(b.clone()),
     };
     match decoded {
-        Ok(Decoded::Control(ControlFrame::Request { id, head })) => Class::Request(id, Some(head)),
+        Ok(Decoded::Control(ControlFrame::Request { id, head })) => Class::Request(id, Ok(head)),
         Ok(Decoded::Control(ControlFrame::Response { id, head })) => Class::Response(id, head),
         Ok(Decoded::Control(ControlFrame::End { id })) => Class::End(id),
         Ok(Decoded::Control(ControlFrame::Abort { id })) => Class::Abort(id),
         Ok(Decoded::Chunk(ch)) => Class::Chunk(ch.id, ch.data),
         Ok(Decoded::Unknown) => Class::Other,
         Err(FrameError::TooLarge { .. }) => Class::TooLarge,
-        Err(_) => match msg {
-            // The worker answers 400 to a `request` whose id is usable but
-            // whose other fields are not: to the relay's view it is a request.
-            Message::Text(t) if worker_side => match bad_request_id(t) {
-                Some(id) => Class::Request(id, None),
-                None => Class::Other,
+        // Not JSON to the crate's parser (a repeated field): ignored.
+        Err(FrameError::InvalidJson(_)) => Class::Other,
+        Err(e) => match msg {
+            // The worker answers 400 (431/414 over a limit) to a `request`
+            // whose id is usable but whose other fields are not: to the
+            // relay's view it is a request.
+            Message::Text(t) => match (bad_frame_id(t, "request"), bad_frame_id(t, "response")) {
+                (Some(id), _) if worker_side => Class::Request(
+                    id,
+                    Err(match e {
+                        FrameError::HeadOverLimit(l) => l.status(),
+                        _ => 400,
+                    }),
+                ),
+                (_, Some(id)) if !worker_side => Class::BadResponse(id),
+                _ => Class::Other,
             },
             _ => Class::Other,
         },
     }
 }
 
-fn bad_request_id(text: &str) -> Option<StreamId> {
+/// The id of a frame of type `ty` that did not decode, if the id is usable.
+fn bad_frame_id(text: &str, ty: &str) -> Option<StreamId> {
     let serde_json::Value::Object(obj) = serde_json::from_str::<serde_json::Value>(text).ok()?
     else {
         return None;
     };
-    if obj.get("type").and_then(|t| t.as_str()) != Some("request") {
+    if obj.get("type").and_then(|t| t.as_str()) != Some(ty) {
         return None;
     }
     obj.get("id")
@@ -998,6 +1052,13 @@ struct WKey {
     /// Response bytes taken by `send_body` and not on the wire yet.
     out: VecDeque<Bytes>,
     wire_opened: bool,
+    /// The request is a HEAD.
+    head_request: bool,
+    /// The request's Content-Length and the body bytes received while read.
+    req_cl: Option<u64>,
+    received: u64,
+    /// The response has no body (HEAD, 204, 304): body bytes are swallowed.
+    bodiless: bool,
 }
 
 /// A response open on the wire (between its `response` and its `end`/`abort`).
@@ -1006,6 +1067,8 @@ struct WWire {
     owner: Option<StreamKey>,
     cl: Option<u64>,
     sent: u64,
+    /// No body may follow (a response to HEAD, a 204 or 304 of the app).
+    bodiless: bool,
 }
 
 struct WorkerHarness {
@@ -1027,6 +1090,9 @@ struct WorkerHarness {
     live_keys: BTreeSet<StreamKey>,
     /// Ids the worker answers itself (400, 503) whose `end` has not gone out.
     refusals: BTreeSet<StreamId>,
+    /// Ids whose request body broke its Content-Length: an `abort` is due.
+    proto_aborts: BTreeSet<StreamId>,
+    protocol_errors: u64,
     expect_end: BTreeMap<StreamKey, WorkerEnd>,
     closed: bool,
     close_sent: bool,
@@ -1079,7 +1145,9 @@ impl WorkerHarness {
         let f = c.u8();
         let mut cfg = WorkerConfig::default();
         if f & 1 == 1 {
-            cfg.max_streams = 1 + usize::from(c.u8() % 8);
+            let m = c.u8();
+            cfg.max_streams = 1 + usize::from(m % 8);
+            cfg.reserved_streams = usize::from(m / 8 % 4);
             cfg.max_unread_chunks = 1 + usize::from(c.u8() % 16);
             cfg.max_unread_bytes = 1 + usize::from(c.u16());
             cfg.max_queued_per_stream = usize::from(c.u16());
@@ -1107,6 +1175,8 @@ impl WorkerHarness {
             live_by_id: BTreeMap::new(),
             live_keys: BTreeSet::new(),
             refusals: BTreeSet::new(),
+            proto_aborts: BTreeSet::new(),
+            protocol_errors: 0,
             expect_end: BTreeMap::new(),
             closed: false,
             close_sent: false,
@@ -1324,15 +1394,19 @@ impl WorkerHarness {
         let wants = self.w.wants_read();
         let is_data = msg.is_data();
         let len = msg.len() as u64;
-        let class = classify(&msg, true);
+        let class = classify(&msg, true, &self.cfg.head_limits);
         trace!("relay -> worker: {} = {class:?}", short(&msg));
+        let fed = msg.clone();
         let r = self.w.handle_message(msg, self.now);
         if was_closed {
             assert_eq!(r, Ok(()), "a closed worker ignores input");
             return;
         }
         if is_data && !wants {
-            assert_eq!(r, Err(HandleError::ReadPaused));
+            assert!(
+                matches!(&r, Err(HandleError::ReadPaused(m)) if m == &fed),
+                "a paused worker hands the message back: {r:?}"
+            );
             return;
         }
         assert_eq!(
@@ -1351,11 +1425,25 @@ impl WorkerHarness {
             Class::Close => assert!(self.w.is_closed(), "a close must close"),
             Class::Request(id, head) => {
                 let live = self.live_keys.len();
+                let refused = match &head {
+                    Err(_) => true,
+                    Ok(h) => {
+                        let limit = if is_control_route(h) {
+                            self.cfg.max_streams
+                        } else {
+                            (self.cfg.max_streams)
+                                .saturating_sub(self.cfg.reserved_streams)
+                                .max(1)
+                        };
+                        h.headers().content_length().is_err() || live >= limit
+                    }
+                };
                 if !self.live_by_id.contains_key(&id)
                     && !self.refusals.contains(&id)
-                    && (head.is_none() || live >= self.cfg.max_streams)
+                    && !self.proto_aborts.contains(&id)
+                    && refused
                 {
-                    // Answered by the worker itself: 400 or 503.
+                    // Answered by the worker itself: 400, 431, 414 or 503.
                     self.refusals.insert(id);
                 }
                 if self.alive.contains(&id) || self.tainted.contains(&id) {
@@ -1364,21 +1452,28 @@ impl WorkerHarness {
                 } else {
                     self.alive.insert(id);
                     *self.pending.entry(id).or_default() += 1;
-                    if let Some(head) = head {
+                    if let Ok(head) = head {
                         self.sent_heads.insert(id, head);
                     }
                 }
                 self.just_requested = Some(id);
             }
             Class::End(id) => {
-                if let Some(k) = self.live_by_id.get(&id) {
-                    self.keys.get_mut(k).expect("live key").body.end();
+                if let Some(&key) = self.live_by_id.get(&id) {
+                    let k = self.keys.get_mut(&key).expect("live key");
+                    let short = k.req_cl.is_some_and(|cl| k.received < cl);
+                    if k.body.state == BState::Open && short {
+                        self.protocol_error(key);
+                    } else {
+                        k.body.end();
+                    }
                 }
             }
             Class::Abort(id) => {
                 // The relay's stream is over: nothing more may go out for it,
-                // not even the worker's own 400/503 answer.
+                // not even the worker's own 400/503 answer or `abort`.
                 self.refusals.remove(&id);
+                self.proto_aborts.remove(&id);
                 self.alive.remove(&id);
                 self.pending.remove(&id);
                 self.wire.remove(&id);
@@ -1389,12 +1484,31 @@ impl WorkerHarness {
                 }
             }
             Class::Chunk(id, data) => {
-                if let Some(k) = self.live_by_id.get(&id) {
-                    self.keys.get_mut(k).expect("live key").body.push(data);
+                if let Some(&key) = self.live_by_id.get(&id) {
+                    let k = self.keys.get_mut(&key).expect("live key");
+                    if k.body.state == BState::Open {
+                        k.received += data.len() as u64;
+                        if k.req_cl.is_some_and(|cl| k.received > cl) {
+                            self.protocol_error(key);
+                            return;
+                        }
+                    }
+                    k.body.push(data);
                 }
             }
-            Class::Response(..) | Class::Other => {}
+            Class::Response(..) | Class::BadResponse(_) | Class::Other => {}
         }
+    }
+
+    /// The model of the worker failing a request whose body broke its
+    /// Content-Length: body gone, queued response dropped, `abort` due.
+    fn protocol_error(&mut self, key: StreamKey) {
+        let k = self.keys.get_mut(&key).expect("live key");
+        k.body.fail();
+        k.out.clear();
+        self.proto_aborts.insert(k.id);
+        self.protocol_errors += 1;
+        self.expect_end.insert(key, WorkerEnd::ProtocolError);
     }
 
     fn respond(&mut self, key: StreamKey, head: ResponseHead) {
@@ -1412,12 +1526,18 @@ impl WorkerHarness {
             assert_eq!(r, Err(StreamError::AlreadyResponded));
             return;
         }
+        let status = head.status();
+        if !(200..=599).contains(&status) {
+            assert_eq!(r, Err(StreamError::InvalidHead(FrameError::InvalidStatus)));
+            return;
+        }
         match head.headers().content_length() {
             Err(_) => assert_eq!(r, Err(StreamError::InvalidContentLength)),
             Ok(cl) => {
                 assert_eq!(r, Ok(()));
                 k.resp = Resp::Started;
-                k.cl = cl;
+                k.bodiless = k.head_request || status == 204 || status == 304;
+                k.cl = if k.bodiless { None } else { cl };
                 k.head = Some(head);
             }
         }
@@ -1441,6 +1561,7 @@ impl WorkerHarness {
         match k.resp {
             Resp::NotStarted => assert_eq!(r, Err(StreamError::NotResponded)),
             Resp::Finished => assert_eq!(r, Err(StreamError::AlreadyFinished)),
+            Resp::Started if k.bodiless => assert_eq!(r, Ok(len), "a bodiless body is swallowed"),
             Resp::Started => match k.cl {
                 Some(limit) if k.sent + len as u64 > limit => {
                     assert_eq!(r, Err(StreamError::ContentLengthExceeded { limit }))
@@ -1588,6 +1709,7 @@ impl WorkerHarness {
                     let k = &self.keys[k];
                     k.resp != Resp::NotStarted && !k.wire_opened
                 });
+                let mut bodiless = false;
                 match owner {
                     Some(key) => {
                         let k = self.keys.get_mut(&key).expect("live");
@@ -1596,18 +1718,34 @@ impl WorkerHarness {
                             assert_eq!(head.status(), 500, "a failed request answers 500");
                         } else {
                             assert_eq!(Some(&head), k.head.as_ref(), "response head changed");
+                            bodiless = k.bodiless;
                         }
                     }
                     None => {
                         let s = head.status();
-                        assert!(s == 400 || s == 503, "response {s} for id {id} nobody gave");
+                        assert!(
+                            [400, 414, 431, 503].contains(&s),
+                            "response {s} for id {id} nobody gave"
+                        );
+                        if s == 503 {
+                            assert_eq!(head.headers().get("retry-after"), Some("1"));
+                        }
                     }
                 }
                 let cl = head
                     .headers()
                     .content_length()
-                    .expect("valid content-length");
-                self.wire.insert(id, WWire { owner, cl, sent: 0 });
+                    .expect("valid content-length")
+                    .filter(|_| !bodiless);
+                self.wire.insert(
+                    id,
+                    WWire {
+                        owner,
+                        cl,
+                        sent: 0,
+                        bodiless,
+                    },
+                );
             }
             Decoded::Chunk(ch) => {
                 let id = ch.id;
@@ -1620,6 +1758,7 @@ impl WorkerHarness {
                 });
                 assert!(!ch.data.is_empty(), "worker emitted an empty chunk");
                 assert!(ch.data.len() <= MAX_CHUNK_BODY);
+                assert!(!ww.bodiless, "a body for a response that has none");
                 ww.sent += ch.data.len() as u64;
                 if let Some(cl) = ww.cl {
                     assert!(ww.sent <= cl, "body longer than its Content-Length {cl}");
@@ -1662,7 +1801,17 @@ impl WorkerHarness {
                 }
             }
             Decoded::Control(ControlFrame::Abort { id }) => {
+                let proto = self.proto_aborts.remove(&id);
                 if self.tainted.contains(&id) {
+                    return;
+                }
+                if proto {
+                    // The relay broke the body's Content-Length: the stream
+                    // is over, response or not.
+                    self.wire.remove(&id);
+                    self.alive.remove(&id);
+                    self.pending.remove(&id);
+                    self.sent_heads.remove(&id);
                     return;
                 }
                 let ww = self.wire.remove(&id).unwrap_or_else(|| {
@@ -1685,6 +1834,7 @@ impl WorkerHarness {
         if self.w.is_closed() && !self.closed {
             self.closed = true;
             self.refusals.clear();
+            self.proto_aborts.clear();
             for key in &self.live_keys {
                 self.expect_end.insert(*key, WorkerEnd::ConnectionLost);
             }
@@ -1736,6 +1886,10 @@ impl WorkerHarness {
                         sent: 0,
                         out: VecDeque::new(),
                         wire_opened: false,
+                        head_request: head.method() == "HEAD",
+                        req_cl: head.headers().content_length().expect("accepted requests"),
+                        received: 0,
+                        bodiless: false,
                     },
                 );
             }
@@ -1790,15 +1944,14 @@ impl WorkerHarness {
         assert_eq!(s.body_buffered_in, held_bytes, "unread bytes");
         assert!(s.body_buffered_in < (self.cfg.max_unread_bytes + MAX_CHUNK_BODY) as u64);
         paused |= held_bytes >= self.cfg.max_unread_bytes as u64;
-        paused |= self.refusals.len() >= MAX_PENDING_REFUSALS;
-        assert!(
-            self.refusals.len() <= MAX_PENDING_REFUSALS,
-            "refusals pile up"
-        );
+        let pending = self.refusals.len() + self.proto_aborts.len();
+        paused |= pending >= MAX_PENDING_REFUSALS;
+        assert!(pending <= MAX_PENDING_REFUSALS, "refusals pile up");
         assert_eq!(self.w.wants_read(), !self.closed && !paused, "wants_read");
         assert_eq!(s.streams_open, live, "streams open");
         assert_eq!(s.streams_opened, self.requests_seen);
         assert_eq!(s.streams_closed, self.ended_seen);
+        assert_eq!(s.protocol_errors, self.protocol_errors, "protocol errors");
         assert_eq!(s.bytes_in, self.bytes_in);
         assert_eq!(s.bytes_out, self.bytes_out);
         assert!(s.body_queued_out <= self.cfg.max_queued.max(1) as u64);
@@ -1873,14 +2026,24 @@ struct RKey {
     abort_expected: bool,
     abort_emitted: bool,
     started: bool,
-    /// The response's Content-Length, and the body bytes received.
+    /// The response's Content-Length (none for a bodiless response), and
+    /// the body bytes received.
     response_length: Option<u64>,
     received: u64,
+    /// No response body is expected: a HEAD request, a 204 or 304.
+    bodiless: bool,
     /// The caller let go of a response complete by its Content-Length
-    /// before the worker's `end`: the relay waits for that `end` quietly
-    /// (no `abort`, no event; the id stays taken, `stream_id()` is `None`).
+    /// before the worker's `end`, its own request finished: the relay waits
+    /// for that `end` quietly (no `abort`, no event; the id stays taken,
+    /// `stream_id()` is `None`; what is queued of the request still goes).
     orphaned: bool,
     body: BodyModel,
+}
+
+impl RKey {
+    fn response_complete(&self) -> bool {
+        self.started && (self.bodiless || self.response_length == Some(self.received))
+    }
 }
 
 struct RelayHarness {
@@ -1907,6 +2070,7 @@ struct RelayHarness {
     bytes_out: u64,
     opened: u64,
     ends: u64,
+    protocol_errors: u64,
 }
 
 /// Drives a [`RelayConnection`] with an arbitrary sequence of operations —
@@ -1961,7 +2125,9 @@ impl RelayHarness {
         let f = c.u8();
         let mut cfg = RelayConfig::default();
         if f & 1 == 1 {
-            cfg.max_streams = 1 + usize::from(c.u8() % 8);
+            let m = c.u8();
+            cfg.max_streams = 1 + usize::from(m % 8);
+            cfg.reserved_streams = usize::from(m / 8 % 4);
             cfg.max_unread_chunks = 1 + usize::from(c.u8() % 16);
             cfg.max_unread_bytes = 1 + usize::from(c.u16());
             cfg.max_queued_per_stream = usize::from(c.u16());
@@ -1998,6 +2164,7 @@ impl RelayHarness {
             bytes_out: 0,
             opened: 0,
             ends: 0,
+            protocol_errors: 0,
         }
     }
 
@@ -2157,19 +2324,34 @@ impl RelayHarness {
             assert_eq!(res, Err(StreamError::ConnectionClosed));
             return;
         }
-        if before >= self.cfg.max_streams {
-            assert_eq!(
-                res,
-                Err(StreamError::TooManyStreams {
-                    limit: self.cfg.max_streams
-                })
-            );
+        if ["CONNECT", "TRACE"]
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(head.method()))
+        {
+            assert_eq!(res, Err(StreamError::MethodNotAllowed));
+            return;
+        }
+        let expected = RequestHead::new(head.method(), head.path(), head.query(), filtered.clone())
+            .expect("still valid");
+        if let Err(e) = self.cfg.head_limits.check_request(&expected) {
+            assert_eq!(res, Err(StreamError::HeadOverLimit(e)));
             return;
         }
         let Ok(cl) = filtered.content_length() else {
             assert_eq!(res, Err(StreamError::InvalidContentLength));
             return;
         };
+        let limit = if is_control_route(&head) {
+            self.cfg.max_streams
+        } else {
+            (self.cfg.max_streams)
+                .saturating_sub(self.cfg.reserved_streams)
+                .max(1)
+        };
+        if before >= limit {
+            assert_eq!(res, Err(StreamError::TooManyStreams { limit }));
+            return;
+        }
         let key = res.expect("open_stream within the bounds");
         assert!(
             self.keys.keys().next_back().map_or(true, |k| *k < key),
@@ -2183,8 +2365,6 @@ impl RelayHarness {
         self.ids_live.insert(id, key);
         self.active.insert(key);
         self.opened += 1;
-        let expected = RequestHead::new(head.method(), head.path(), head.query(), filtered)
-            .expect("still valid");
         self.keys.insert(
             key,
             RKey {
@@ -2209,6 +2389,7 @@ impl RelayHarness {
                 started: false,
                 response_length: None,
                 received: 0,
+                bodiless: false,
                 orphaned: false,
                 body: BodyModel::new(),
             },
@@ -2296,16 +2477,13 @@ impl RelayHarness {
         }
         self.expect_end.remove(&key);
         self.expect_response.remove(&key);
-        if k.live && !k.orphaned && k.started && k.response_length == Some(k.received) {
-            // Complete for the caller: wait for the worker's `end` quietly.
+        if k.live && !k.orphaned && !k.writing && k.response_complete() {
+            // Complete for the caller, and the request is complete: wait for
+            // the worker's `end` quietly; the queued request still goes out.
             k.orphaned = true;
             k.forgotten = true;
             k.aborted_live = true;
             k.body.discard();
-            k.out.clear();
-            if !k.head_emitted {
-                k.head_dropped = true;
-            }
             return;
         }
         k.held = false;
@@ -2317,9 +2495,7 @@ impl RelayHarness {
             k.writing = false;
             k.out.clear();
             self.ids_live.remove(&k.id);
-            if k.head_emitted || k.orphaned {
-                // (An orphan's head, if it never went out, is no longer
-                // queued either: `abort` goes out regardless.)
+            if k.head_emitted {
                 k.abort_expected = true;
             } else {
                 k.head_dropped = true;
@@ -2332,13 +2508,31 @@ impl RelayHarness {
     fn end_on_wire(&mut self, key: StreamKey, reason: RelayEnd, send_abort: bool) {
         let k = self.keys.get_mut(&key).expect("live key");
         assert!(k.live);
+        if reason == RelayEnd::ProtocolError {
+            self.protocol_errors += 1;
+        }
+        if reason == RelayEnd::Completed {
+            // Content-Length accounting: a response completes only with
+            // every byte it announced.
+            if let Some(cl) = k.response_length {
+                assert_eq!(k.received, cl, "completed short of its Content-Length");
+            }
+        }
         if k.orphaned {
-            // Let go of by the caller: it ends without an event or `abort`.
+            // Let go of by the caller: it ends without an event; what is
+            // still queued of the request is dropped.
             k.live = false;
             k.held = false;
+            k.writing = false;
             k.body.clear();
+            k.out.clear();
+            if !k.head_emitted {
+                k.head_dropped = true;
+            }
             self.ids_live.remove(&k.id);
-            if self.wire.get(&k.id) == Some(&key) {
+            if send_abort {
+                k.abort_expected = true;
+            } else if self.wire.get(&k.id) == Some(&key) {
                 self.wire.remove(&k.id);
             }
             self.ends += 1;
@@ -2387,15 +2581,19 @@ impl RelayHarness {
         let wants = self.r.wants_read();
         let is_data = msg.is_data();
         let len = msg.len() as u64;
-        let class = classify(&msg, false);
+        let class = classify(&msg, false, &self.cfg.head_limits);
         trace!("worker -> relay: {} = {class:?}", short(&msg));
+        let fed = msg.clone();
         let res = self.r.handle_message(msg, self.now);
         if was_closed {
             assert_eq!(res, Ok(()), "a closed relay ignores input");
             return;
         }
         if is_data && !wants {
-            assert_eq!(res, Err(HandleError::ReadPaused));
+            assert!(
+                matches!(&res, Err(HandleError::ReadPaused(m)) if m == &fed),
+                "a paused relay hands the message back: {res:?}"
+            );
             return;
         }
         assert_eq!(
@@ -2416,21 +2614,33 @@ impl RelayHarness {
             Class::Response(id, head) => {
                 if let Some(key) = live_key(&id) {
                     let k = self.keys.get_mut(&key).expect("live");
-                    if k.started {
-                        self.end_on_wire(key, RelayEnd::ProtocolError, true);
-                    } else {
-                        k.started = true;
-                        k.response_length = head.headers().content_length().ok().flatten();
-                        self.expect_response.insert(key, head);
+                    let status = head.status();
+                    match head.headers().content_length() {
+                        Ok(cl) if !k.started && (200..=599).contains(&status) => {
+                            k.started = true;
+                            k.bodiless =
+                                k.head.method() == "HEAD" || status == 204 || status == 304;
+                            k.response_length = cl.filter(|_| !k.bodiless);
+                            self.expect_response.insert(key, head);
+                        }
+                        _ => self.end_on_wire(key, RelayEnd::ProtocolError, true),
                     }
+                }
+            }
+            Class::BadResponse(id) => {
+                if let Some(key) = live_key(&id) {
+                    self.end_on_wire(key, RelayEnd::ProtocolError, true);
                 }
             }
             Class::End(id) => {
                 if let Some(key) = live_key(&id) {
-                    if self.keys[&key].started {
-                        self.end_on_wire(key, RelayEnd::Completed, false);
-                    } else {
+                    let k = &self.keys[&key];
+                    if !k.started {
                         self.end_on_wire(key, RelayEnd::ProtocolError, true);
+                    } else if k.response_length.is_some_and(|cl| k.received < cl) {
+                        self.end_on_wire(key, RelayEnd::ProtocolError, false);
+                    } else {
+                        self.end_on_wire(key, RelayEnd::Completed, false);
                     }
                 }
             }
@@ -2441,12 +2651,16 @@ impl RelayHarness {
             }
             Class::Chunk(id, data) => {
                 if let Some(key) = live_key(&id) {
-                    if self.keys[&key].started {
-                        let k = self.keys.get_mut(&key).expect("live");
+                    let k = self.keys.get_mut(&key).expect("live");
+                    let over = |k: &RKey| {
+                        k.response_length
+                            .is_some_and(|cl| k.received + data.len() as u64 > cl)
+                    };
+                    if !k.started || (!k.bodiless && over(k)) {
+                        self.end_on_wire(key, RelayEnd::ProtocolError, true);
+                    } else if !k.bodiless {
                         k.received += data.len() as u64;
                         k.body.push(data);
-                    } else {
-                        self.end_on_wire(key, RelayEnd::ProtocolError, true);
                     }
                 }
             }
@@ -2525,7 +2739,6 @@ impl RelayHarness {
                     .unwrap_or_else(|| panic!("relay chunk for id {}, not in flight", ch.id));
                 let k = self.keys.get_mut(&key).expect("on the wire");
                 assert!(k.live, "chunk for a stream that has ended");
-                assert!(!k.orphaned, "chunk for a stream the caller let go of");
                 assert!(!k.end_emitted, "chunk after end");
                 assert!(!ch.data.is_empty(), "relay emitted an empty chunk");
                 assert!(ch.data.len() <= chunk_limit, "chunk over chunk_size");
@@ -2545,7 +2758,6 @@ impl RelayHarness {
                     .unwrap_or_else(|| panic!("relay end for id {id}, not in flight"));
                 let k = self.keys.get_mut(&key).expect("on the wire");
                 assert!(k.live, "end for a stream that has ended");
-                assert!(!k.orphaned, "end for a stream the caller let go of");
                 assert!(!k.end_emitted, "second end");
                 assert!(k.finished, "end before finish");
                 assert!(k.out.is_empty(), "end before the whole body");
@@ -2676,6 +2888,7 @@ impl RelayHarness {
         assert_eq!(self.r.wants_read(), !self.closed && !paused, "wants_read");
         assert_eq!(s.streams_opened, self.opened);
         assert_eq!(s.streams_closed, self.ends);
+        assert_eq!(s.protocol_errors, self.protocol_errors, "protocol errors");
         assert_eq!(s.streams_open, held as u64);
         assert_eq!(s.bytes_in, self.bytes_in);
         assert_eq!(s.bytes_out, self.bytes_out);
@@ -2691,7 +2904,7 @@ impl RelayHarness {
         self.after_step();
         if !self.closed {
             for (key, k) in &self.keys {
-                if k.live && !k.orphaned {
+                if k.live {
                     assert!(k.out.is_empty(), "{key:?}: queued body not sent");
                     assert!(k.head_emitted, "{key:?}: request never sent");
                     assert_eq!(k.end_emitted, k.finished, "{key:?}: finish without end");

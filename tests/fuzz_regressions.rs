@@ -39,6 +39,25 @@ fn no_400_answer_after_the_relays_abort() {
     assert!(out.is_empty(), "worker sent {out:?} for an aborted stream");
 }
 
+/// worker_machine (issue 13): the `abort` the worker queues for a request
+/// body longer than its Content-Length must not go out once the relay has
+/// aborted that id itself: the relay may already have reused the id, and a
+/// late `abort` would kill the new stream.
+#[test]
+fn no_protocol_error_abort_after_the_relays_abort() {
+    let now = Instant::now();
+    let mut w = WorkerConnection::default();
+    let head = common::post("/v1/execute", Some(2));
+    w.handle_message(ControlFrame::Request { id: id(1), head }.to_message(), now)
+        .unwrap();
+    let chunk = Message::Binary(worker_relay::frame::encode_chunk(id(1), b"abc"));
+    w.handle_message(chunk, now).unwrap();
+    w.handle_message(ControlFrame::Abort { id: id(1) }.to_message(), now)
+        .unwrap();
+    let out = frames_for(&mut w, id(1));
+    assert!(out.is_empty(), "worker sent {out:?} for an aborted stream");
+}
+
 /// worker_machine: same for the 503 the worker answers when `max_streams`
 /// requests are open.
 #[test]

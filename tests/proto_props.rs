@@ -385,6 +385,8 @@ impl Run {
             chunk_size: c.relay_sizes.chunk,
             // No virtual clock runs here: keepalive has tests of its own.
             keepalive: None,
+            reserved_streams: 0,
+            ..RelayConfig::default()
         });
         let worker = WorkerConnection::new(WorkerConfig {
             max_streams: c.worker_max_streams,
@@ -394,6 +396,8 @@ impl Run {
             max_queued: c.worker_sizes.queued,
             chunk_size: c.worker_sizes.chunk,
             keepalive: None,
+            reserved_streams: 0,
+            ..WorkerConfig::default()
         });
         let mut p = Pair::new(relay, worker);
         p.window = c.window;
@@ -1279,7 +1283,8 @@ impl Run {
                 if let Some(m) = self.p.to_worker.front().filter(|m| m.is_data()) {
                     assert_eq!(
                         self.p.worker.handle_message(m.clone(), now),
-                        Err(HandleError::ReadPaused)
+                        Err(HandleError::ReadPaused(m.clone())),
+                        "a paused machine hands the message back"
                     );
                 }
             }
@@ -1293,7 +1298,8 @@ impl Run {
                 if let Some(m) = self.p.to_relay.front().filter(|m| m.is_data()) {
                     assert_eq!(
                         self.p.relay.handle_message(m.clone(), now),
-                        Err(HandleError::ReadPaused)
+                        Err(HandleError::ReadPaused(m.clone())),
+                        "a paused machine hands the message back"
                     );
                 }
             }

@@ -372,6 +372,7 @@ fn connection_loss_ends_every_stream_with_started_flag() {
 fn bounds_on_streams_and_queued_bytes() {
     let mut r = RelayConnection::new(RelayConfig {
         max_streams: 2,
+        reserved_streams: 0,
         max_queued_per_stream: 1000,
         max_queued: 1500,
         ..Default::default()

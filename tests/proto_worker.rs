@@ -108,14 +108,24 @@ fn at_16_unread_chunks_reading_pauses_until_the_app_reads() {
         chunk(&mut w, 1, b"x").unwrap();
     }
     assert!(!w.wants_read());
-    assert_eq!(
-        chunk(&mut w, 1, b"y"),
-        Err(worker_relay::proto::HandleError::ReadPaused)
-    );
+    // A message fed anyway is handed back untouched, not lost (issue 13).
+    let y = Message::Binary(encode_chunk(id(1), b"y"));
+    let Err(worker_relay::proto::HandleError::ReadPaused(back)) =
+        w.handle_message(y.clone(), Instant::now())
+    else {
+        panic!("a paused worker must refuse the message");
+    };
+    assert_eq!(back, y);
     assert_eq!(w.read_body(k), BodyRead::Data(Bytes::from_static(b"x")));
     assert!(w.wants_read());
     assert_eq!(w.stats().body_buffered_in, 15);
     assert_eq!(w.stats().body_buffered_in_max, 16);
+    // Fed again, it is the body's 17th chunk.
+    w.handle_message(back, Instant::now()).unwrap();
+    for _ in 0..15 {
+        assert_eq!(w.read_body(k), BodyRead::Data(Bytes::from_static(b"x")));
+    }
+    assert_eq!(w.read_body(k), BodyRead::Data(Bytes::from_static(b"y")));
 }
 
 #[test]
@@ -395,7 +405,7 @@ fn too_many_requests_are_refused_with_503() {
     assert_eq!(
         drain(&mut w),
         [
-            r#"{"type":"response","id":2,"status":503,"headers":[["content-length","0"]]}"#,
+            r#"{"type":"response","id":2,"status":503,"headers":[["content-length","0"],["retry-after","1"]]}"#,
             r#"{"type":"end","id":2}"#
         ]
     );

@@ -251,3 +251,74 @@ fn a_request_sink_is_not_ready_while_the_worker_app_does_not_read() {
     assert_eq!(accepted.get(), TOTAL);
     eprintln!("sink stopped after {stuck_at} bytes while the app did not read");
 }
+
+fn spawn_pair(pool: &LocalPool) -> (rt::RelayHandle, rt::Incoming) {
+    let (relay_sock, worker_sock) = socket_pair();
+    let (handle, relay_driver) = rt::relay(relay_sock, FuturesTimer, RelayConfig::default());
+    let (incoming, worker_driver) = rt::worker(worker_sock, FuturesTimer, WorkerConfig::default());
+    let sp = pool.spawner();
+    sp.spawn_local(async move {
+        let _ = relay_driver.await;
+    })
+    .unwrap();
+    sp.spawn_local(async move {
+        let _ = worker_driver.await;
+    })
+    .unwrap();
+    (handle, incoming)
+}
+
+/// Issue 13: an app answering HEAD with the Content-Length of the GET and no
+/// body (as any HTTP server does) completes; so do 204 and 304.
+#[test]
+fn a_bodiless_answer_with_a_content_length_completes() {
+    for (method, status) in [("HEAD", 200), ("GET", 204), ("GET", 304)] {
+        let mut pool = LocalPool::new();
+        let (handle, mut incoming) = spawn_pair(&pool);
+        let resp = handle.send_empty(head(method, "/health")).unwrap();
+        let req = pool.run_until(incoming.next()).unwrap();
+        let headers = Headers::try_from_pairs([("content-length", "15")]).unwrap();
+        let mut sink = req
+            .responder
+            .respond(ResponseHead::new(status, headers).unwrap())
+            .unwrap();
+        pool.run_until(sink.close())
+            .expect("closing a bodiless response is not short of its length");
+        let resp = pool.run_until(resp).unwrap();
+        assert_eq!(resp.head.status(), status);
+        let items: Vec<Result<Bytes, BodyError>> = pool.run_until(resp.body.collect());
+        assert!(items.is_empty(), "{method} {status}: {items:?}");
+    }
+}
+
+/// Issue 13: a request sink dropped before it is closed (the caller's body
+/// failed) aborts the stream and resolves the response future, which would
+/// otherwise wait forever.
+#[test]
+fn dropping_the_request_sink_unclosed_resolves_the_response() {
+    let mut pool = LocalPool::new();
+    let (handle, mut incoming) = spawn_pair(&pool);
+    let (mut sink, resp) = handle.send_request(head("POST", "/sha256")).unwrap();
+    pool.run_until(sink.send(Bytes::from_static(b"partial")))
+        .unwrap();
+    let req = pool.run_until(incoming.next()).unwrap();
+    drop(sink);
+    let got = pool.run_until(resp);
+    assert!(
+        matches!(got, Err(RelayError::RequestAborted)),
+        "{:?}",
+        got.err()
+    );
+    assert_eq!(RelayError::RequestAborted.status(), 400);
+    // The worker's app is told its client has gone.
+    let mut body = req.body;
+    let items: Vec<Result<Bytes, BodyError>> = pool.run_until(async {
+        let mut v = Vec::new();
+        while let Some(i) = body.next().await {
+            v.push(i);
+        }
+        v
+    });
+    assert_eq!(items.last(), Some(&Err(BodyError::ClientGone)));
+    assert_eq!(handle.stats().streams_open, 0);
+}

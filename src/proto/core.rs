@@ -4,7 +4,9 @@
 use super::outbound::{Outbound, Sent};
 use super::{HandleError, Stats};
 use crate::connect::{Keepalive, KeepaliveConfig};
-use crate::frame::{self, CloseCode, CloseFrame, Decoded, FrameError, Message};
+use crate::frame::{
+    self, CloseCode, CloseFrame, Decoded, FrameError, HeadLimits, Message, StreamId,
+};
 use std::time::Instant;
 
 /// What a message read from the socket is, for the side-specific machine.
@@ -13,8 +15,9 @@ pub(crate) enum Input {
     Nothing,
     /// A decoded frame.
     Frame(Decoded),
-    /// A text frame that did not decode (not too large).
-    BadText(String, FrameError),
+    /// A text frame that did not decode (not too large): why, and its
+    /// `type` and id when those were readable.
+    BadText(FrameError, Option<(&'static str, StreamId)>),
     /// A binary frame that did not decode (not too large).
     BadBinary,
     /// A message over the limit: close with this code.
@@ -31,11 +34,14 @@ pub(crate) struct Core {
     closing: Option<Message>,
     pub closed: bool,
     pub stats: Stats,
+    /// Bounds on every head read.
+    pub limits: HeadLimits,
 }
 
 impl Core {
-    pub fn new(out: Outbound, keepalive: Option<KeepaliveConfig>) -> Core {
+    pub fn new(out: Outbound, keepalive: Option<KeepaliveConfig>, limits: HeadLimits) -> Core {
         Core {
+            limits,
             out,
             keepalive_config: keepalive,
             keepalive: None,
@@ -45,19 +51,26 @@ impl Core {
         }
     }
 
-    /// First look at a message read from the socket.
+    /// First look at a message read from the socket. A data message while
+    /// reading is paused is handed back untouched.
+    ///
+    /// `wanted(type, id)` says whether a control frame is for the machine at
+    /// all (a `response` for a stream in flight, say); one that is not is
+    /// ignored as soon as its type and id are read, so a huge frame for no
+    /// stream costs almost nothing.
     pub fn take(
         &mut self,
         msg: Message,
         now: Instant,
         wants_read: bool,
+        wanted: &dyn Fn(&str, u64) -> bool,
     ) -> Result<Input, HandleError> {
         if self.closed {
             return Ok(Input::Nothing);
         }
         if msg.is_data() {
             if !wants_read {
-                return Err(HandleError::ReadPaused);
+                return Err(HandleError::ReadPaused(msg));
             }
             self.stats.bytes_in += msg.len() as u64;
         }
@@ -71,13 +84,17 @@ impl Core {
             }
             // The WebSocket library answers pings.
             Message::Ping(_) => return Ok(Input::Nothing),
-            Message::Text(t) => match frame::decode_text(&t) {
-                Err(e) if !matches!(e, FrameError::TooLarge { .. }) => {
-                    self.stats.messages_ignored += 1;
-                    return Ok(Input::BadText(t, e));
+            Message::Text(t) => {
+                match frame::decode_control_limited(&t, Some(&self.limits), Some(wanted)) {
+                    Ok(Some(f)) => Ok(Decoded::Control(f)),
+                    Ok(None) => Ok(Decoded::Unknown),
+                    Err(r) if !matches!(r.error, FrameError::TooLarge { .. }) => {
+                        self.stats.messages_ignored += 1;
+                        return Ok(Input::BadText(r.error, r.known));
+                    }
+                    Err(r) => Err(r.error),
                 }
-                other => other,
-            },
+            }
             Message::Binary(b) => frame::decode_binary(b),
         };
         Ok(match decoded {

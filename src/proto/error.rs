@@ -1,6 +1,6 @@
 //! Errors of the state machines' application commands.
 
-use crate::frame::FrameError;
+use crate::frame::{FrameError, HeadLimitError, Message};
 
 /// Why an application command on a stream was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -18,9 +18,20 @@ pub enum StreamError {
         /// The configured bound.
         limit: usize,
     },
-    /// A head that cannot be sent: it encodes to more than the message limit.
+    /// A head that cannot be sent: it encodes to more than the message
+    /// limit, or (worker) its status is not a final one in 200..=599.
     #[error("invalid head: {0}")]
     InvalidHead(#[from] FrameError),
+    /// (Relay) the request head is over a bound of the relay's
+    /// [`HeadLimits`](crate::frame::HeadLimits); answer the caller with
+    /// [`HeadLimitError::status`] (431, 414 or 400).
+    #[error("request head refused: {0}")]
+    HeadOverLimit(#[from] HeadLimitError),
+    /// (Relay) the request's method is one the relay refuses
+    /// ([`RelayConfig::refused_methods`](super::RelayConfig::refused_methods),
+    /// by default `CONNECT` and `TRACE`); answer 405.
+    #[error("method not allowed")]
+    MethodNotAllowed,
     /// The Content-Length header is not a number, or several disagree.
     #[error("invalid Content-Length")]
     InvalidContentLength,
@@ -51,13 +62,38 @@ pub enum StreamError {
     AlreadyFinished,
 }
 
+impl StreamError {
+    /// The HTTP status a relay answers its caller with when
+    /// [`open_stream`](super::RelayConnection::open_stream) refuses a request
+    /// for this reason: 503 for too many streams (send `Retry-After`), 405
+    /// for a refused method, 431/414/400 for a head over a bound, 400 for a
+    /// bad Content-Length or head, 502 when the connection is closed.
+    pub fn status(&self) -> u16 {
+        match self {
+            StreamError::TooManyStreams { .. } => 503,
+            StreamError::MethodNotAllowed => 405,
+            StreamError::HeadOverLimit(e) => e.status(),
+            StreamError::ConnectionClosed => 502,
+            StreamError::InvalidHead(FrameError::TooLarge { .. }) => 431,
+            StreamError::InvalidHead(_)
+            | StreamError::InvalidContentLength
+            | StreamError::ContentLengthExceeded { .. }
+            | StreamError::ContentLengthShort { .. } => 400,
+            StreamError::UnknownStream
+            | StreamError::AlreadyResponded
+            | StreamError::NotResponded
+            | StreamError::AlreadyFinished => 500,
+        }
+    }
+}
+
 /// Why a message was not taken by `handle_message`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HandleError {
     /// The machine asked not to be fed (`wants_read()` was false): a body
-    /// has as many unread chunks as its bound. The message was not processed;
-    /// feed it again once the application has read.
+    /// has as many unread chunks as its bound. The message was not processed
+    /// and is handed back; feed it again once `wants_read()` is true.
     #[error("reading is paused until the application reads buffered body")]
-    ReadPaused,
+    ReadPaused(Message),
 }

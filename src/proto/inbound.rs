@@ -57,6 +57,11 @@ impl InBody {
         matches!(self.state, State::Open | State::Discarding)
     }
 
+    /// Whether more chunks may still arrive and the application still reads them.
+    pub fn is_reading(&self) -> bool {
+        self.state == State::Open
+    }
+
     /// Buffers a received chunk; returns the bytes now held (0 when discarding).
     /// Empty chunks carry nothing and are not held.
     pub fn push(&mut self, data: Bytes) -> usize {

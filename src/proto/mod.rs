@@ -24,6 +24,23 @@ pub use relay::{RelayConfig, RelayConnection, RelayEnd, RelayEvent};
 pub use stats::Stats;
 pub use worker::{WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent, MAX_PENDING_REFUSALS};
 
+/// Whether a request is one of the protocol's control routes, which the
+/// spec says are answered at once while dispatches are in flight:
+/// `GET /health` and `POST /v1/executions/{build_id}/cancel` (the path as the
+/// worker sees it, after the relay's prefix). Both machines keep
+/// `reserved_streams` of their `max_streams` for these, so a burst of long
+/// requests cannot lock them out.
+pub fn is_control_route(head: &crate::frame::RequestHead) -> bool {
+    match (head.method(), head.path()) {
+        ("GET", "/health") => true,
+        ("POST", path) => path
+            .strip_prefix("/v1/executions/")
+            .and_then(|rest| rest.strip_suffix("/cancel"))
+            .is_some_and(|id| !id.is_empty() && !id.contains('/')),
+        _ => false,
+    }
+}
+
 /// The application's handle on one stream of one connection.
 ///
 /// Keys are never reused on a connection, unlike wire ids (which the relay

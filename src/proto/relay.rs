@@ -7,8 +7,8 @@ use super::outbound::{Outbound, SendAbort};
 use super::{HandleError, Stats, StreamError, StreamKey};
 use crate::connect::{Keepalive, KeepaliveConfig};
 use crate::frame::{
-    CloseCode, ControlFrame, Decoded, FrameError, Message, RequestHead, ResponseHead, StreamId,
-    MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
+    CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Message, RequestHead, ResponseHead,
+    StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
 };
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -17,8 +17,16 @@ use std::time::Instant;
 /// Bounds of a [`RelayConnection`]. Every queue is finite.
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
-    /// Requests in flight at once on this connection. Default 256.
+    /// Requests in flight at once on this connection (streams held, counting
+    /// those whose response body is not read yet). Default 1024.
     pub max_streams: usize,
+    /// Of `max_streams`, how many only the protocol's control routes may
+    /// use (`GET /health` and `POST /v1/executions/{id}/cancel`, see
+    /// [`is_control_route`](super::is_control_route)), so a burst of long
+    /// dispatches cannot lock out a cancel or a health check. Other requests
+    /// are refused past `max_streams - reserved_streams` (never less than 1).
+    /// Default 16.
+    pub reserved_streams: usize,
     /// Request body bytes queued per stream before its sink is not ready.
     /// Default 2 MiB.
     pub max_queued_per_stream: usize,
@@ -34,19 +42,43 @@ pub struct RelayConfig {
     /// Pings and the pong deadline (spec: every 20 s, dead after 20 s without
     /// a pong). Armed by the first `handle_timeout(now)`. Default: off (the worker pings; the relay's WebSocket library answers).
     pub keepalive: Option<KeepaliveConfig>,
+    /// Bounds on every request head opened and every response head read.
+    /// A request over them is refused by `open_stream`
+    /// ([`StreamError::HeadOverLimit`]: 431, 414 or 400); a response over
+    /// them fails its stream ([`RelayEnd::ProtocolError`]: 502).
+    pub head_limits: HeadLimits,
+    /// Methods `open_stream` refuses ([`StreamError::MethodNotAllowed`]:
+    /// 405), compared case-insensitively. Default `CONNECT` (a tunnel the
+    /// protocol cannot carry) and `TRACE` (it would echo the caller's
+    /// credentials back through the worker).
+    pub refused_methods: Vec<String>,
 }
 
 impl Default for RelayConfig {
     fn default() -> Self {
         RelayConfig {
-            max_streams: 256,
+            max_streams: 1024,
+            reserved_streams: 16,
             max_queued_per_stream: 2 << 20,
             max_queued: 8 << 20,
             max_unread_chunks: 16,
             max_unread_bytes: 64 << 20,
             chunk_size: MAX_CHUNK_BODY,
             keepalive: None,
+            head_limits: HeadLimits::default(),
+            refused_methods: vec!["CONNECT".into(), "TRACE".into()],
         }
+    }
+}
+
+impl RelayConfig {
+    /// Whether `open_stream` refuses `method` (see
+    /// [`refused_methods`](Self::refused_methods)); a relay can ask before
+    /// it maps the request (a `CONNECT` has no path to map).
+    pub fn refuses_method(&self, method: &str) -> bool {
+        self.refused_methods
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(method))
     }
 }
 
@@ -58,8 +90,14 @@ pub enum RelayEnd {
     Completed,
     /// The worker sent `abort`.
     WorkerAborted,
-    /// The worker broke the protocol on this stream (body or `end` before a
-    /// response, a second response); the relay sent `abort`.
+    /// The worker broke the protocol on this stream: body or `end` before a
+    /// response, a second response, a response head that is malformed, over
+    /// the [`HeadLimits`], not a final status in 200..=599 (1xx, 101
+    /// included: the protocol has no interim responses) or with an invalid or
+    /// conflicting Content-Length, or a body longer or shorter than its
+    /// Content-Length. The relay sent `abort` unless the worker had ended
+    /// the stream itself. Answer 502 before the response started, end the
+    /// caller's response as failed after.
     ProtocolError,
     /// The connection closed or was lost.
     ConnectionLost,
@@ -121,7 +159,7 @@ pub enum RelayEvent {
 #[derive(Debug)]
 struct Stream {
     id: StreamId,
-    /// The request direction is still ours to write.
+    /// The request direction is still ours to write (no `finish` yet).
     writing: bool,
     /// The stream is still in flight on the wire (its id is taken).
     on_wire: bool,
@@ -129,13 +167,26 @@ struct Stream {
     content_length: Option<u64>,
     sent: u64,
     body: InBody,
-    /// The response's Content-Length, if it announced one.
+    /// The request is a HEAD: its response carries no body.
+    head_request: bool,
+    /// No response body is expected (a HEAD request, a 204 or 304
+    /// response): chunks are dropped, Content-Length is not checked.
+    bodiless: bool,
+    /// The response's Content-Length, if it announced one (and has a body).
     response_length: Option<u64>,
     /// Response body bytes received so far.
     received: u64,
     /// The application let go of a response complete by its Content-Length
-    /// before the worker's `end` arrived: wait for that `end` quietly.
+    /// before the worker's `end` arrived, with its own request complete too:
+    /// wait for that `end` quietly (what is queued of the request still goes).
     orphaned: bool,
+}
+
+impl Stream {
+    /// Every byte of the response body has arrived (only `end` may be missing).
+    fn response_complete(&self) -> bool {
+        self.response_started && (self.bodiless || self.response_length == Some(self.received))
+    }
 }
 
 /// The relay side of one connection. Sans-IO: see the crate docs for the run loop.
@@ -177,12 +228,12 @@ impl RelayConnection {
             config.chunk_size,
         );
         RelayConnection {
-            config,
             streams: HashMap::new(),
             ids: HashMap::new(),
             next_key: 1,
             next_id: StreamId::MIN,
-            core: Core::new(out, keepalive),
+            core: Core::new(out, keepalive, config.head_limits),
+            config,
             events: VecDeque::new(),
             unread_bytes: 0,
         }
@@ -239,13 +290,31 @@ impl RelayConnection {
 
     /// Feeds one message read from the socket.
     ///
-    /// Malformed frames, frames of unknown type and frames for a stream not in
-    /// flight are ignored. A message over 1 MiB + 4 bytes closes the
-    /// connection with 1009.
+    /// Frames of unknown type, frames for a stream not in flight and
+    /// malformed frames are ignored, except a malformed or over-limit
+    /// `response` for a stream in flight, which fails that stream
+    /// ([`RelayEnd::ProtocolError`]). A message over 1 MiB + 4 bytes closes
+    /// the connection with 1009. While `wants_read()` is false a data message
+    /// is handed back in [`HandleError::ReadPaused`].
     pub fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
-        match self.core.take(msg, now, self.wants_read())? {
+        let wants_read = self.wants_read();
+        // Only the worker's frames for a stream in flight matter.
+        let ids = &self.ids;
+        let wanted = |ty: &str, id: u64| {
+            ty != "request"
+                && u32::try_from(id)
+                    .ok()
+                    .and_then(StreamId::new)
+                    .is_some_and(|id| ids.contains_key(&id))
+        };
+        match self.core.take(msg, now, wants_read, &wanted)? {
             Input::Frame(Decoded::Control(c)) => self.on_control(c),
             Input::Frame(Decoded::Chunk(c)) => self.on_chunk(c.id, c.data),
+            Input::BadText(_, Some(("response", id))) => {
+                if let Some(&key) = self.ids.get(&id) {
+                    self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always)
+                }
+            }
             Input::BadText(..) => {}
             Input::TooLarge(code) => self.close_with(code, "message too big"),
             Input::Closed => self.lose(),
@@ -276,21 +345,40 @@ impl RelayConnection {
     /// headers and queues the `request` frame. Send the body with
     /// [`send_body`](Self::send_body) and end it with [`finish`](Self::finish)
     /// (a request without a body: `finish` at once).
+    ///
+    /// Refused, in this order ([`StreamError::status`] gives the answer):
+    /// a closed connection (502), a method of
+    /// [`refused_methods`](RelayConfig::refused_methods) (405), a head over
+    /// the [`head_limits`](RelayConfig::head_limits) (400, 414 or 431), an
+    /// invalid or conflicting Content-Length (400), and too many streams in
+    /// flight (503; the last [`reserved_streams`](RelayConfig::reserved_streams)
+    /// are kept for the control routes).
     pub fn open_stream(&mut self, mut head: RequestHead) -> Result<StreamKey, StreamError> {
         if self.core.closed {
             return Err(StreamError::ConnectionClosed);
         }
-        if self.streams.len() >= self.config.max_streams {
-            return Err(StreamError::TooManyStreams {
-                limit: self.config.max_streams,
-            });
+        if self.config.refuses_method(head.method()) {
+            return Err(StreamError::MethodNotAllowed);
         }
         let filtered = head.headers().without_hop_by_hop();
         *head.headers_mut() = filtered;
+        self.config.head_limits.check_request(&head)?;
         let content_length = head
             .headers()
             .content_length()
             .map_err(|_| StreamError::InvalidContentLength)?;
+        let limit = if super::is_control_route(&head) {
+            self.config.max_streams
+        } else {
+            self.config
+                .max_streams
+                .saturating_sub(self.config.reserved_streams)
+                .max(1)
+        };
+        if self.streams.len() >= limit {
+            return Err(StreamError::TooManyStreams { limit });
+        }
+        let head_request = head.method() == "HEAD";
         let id = self.alloc_id();
         let frame = ControlFrame::Request { id, head };
         let text = frame.encode();
@@ -316,6 +404,8 @@ impl RelayConnection {
                 content_length,
                 sent: 0,
                 body: InBody::new(),
+                head_request,
+                bodiless: false,
                 response_length: None,
                 received: 0,
                 orphaned: false,
@@ -378,23 +468,22 @@ impl RelayConnection {
     /// The caller has gone: sends `abort` (if the stream is still in flight)
     /// and forgets the stream. No event follows for it.
     ///
-    /// A response that has received every byte its Content-Length announced
-    /// is complete for the caller even if the worker's `end` has not arrived
-    /// yet (an HTTP server drops the body at that point): it is not aborted;
-    /// the `end` is awaited and consumed quietly.
+    /// The two halves of the stream are looked at separately. A response
+    /// that has received every byte its Content-Length announced (or a
+    /// response without a body: to HEAD, 204, 304) is complete for the
+    /// caller even if the worker's `end` has not arrived yet (an HTTP server
+    /// drops the body at that point). If the request is complete too
+    /// (`finish` was called), nothing is aborted: what is queued of the
+    /// request still goes out, and the worker's `end` is awaited and consumed
+    /// quietly. If the request body is still open, the worker's app would
+    /// wait for the rest of it forever: the stream is aborted.
     pub fn abort(&mut self, key: StreamKey) {
         self.events.retain(|e| e.key() != key);
         if let Some(s) = self.streams.get_mut(&key) {
-            let complete = s.response_started && s.response_length == Some(s.received);
-            if s.on_wire && complete && !s.orphaned {
-                // Every byte the response announced has arrived; only the
-                // worker's `end` is outstanding (an HTTP server drops a body
-                // once it has written its Content-Length). That is not the
-                // caller going away: no `abort`, just wait for the `end`.
+            if s.on_wire && !s.orphaned && !s.writing && s.response_complete() {
                 s.orphaned = true;
                 let dropped = s.body.discard();
                 self.unread_bytes -= dropped;
-                self.core.out.abort(key, s.id, SendAbort::Never);
                 return;
             }
         }
@@ -489,10 +578,14 @@ impl RelayConnection {
 
     /// Ends a stream on the wire (the worker's end/abort, a protocol error).
     fn end_on_wire(&mut self, key: StreamKey, reason: RelayEnd, send_abort: SendAbort) {
+        if reason == RelayEnd::ProtocolError {
+            self.core.stats.protocol_errors += 1;
+        }
         if self.streams[&key].orphaned {
             // The application has let go of it: end it without an event.
             let s = self.streams.remove(&key).expect("in flight");
             self.ids.remove(&s.id);
+            self.core.out.abort(key, s.id, send_abort);
             self.core.stats.streams_closed += 1;
             return;
         }
@@ -529,14 +622,17 @@ impl RelayConnection {
         };
         let started = self.streams[&key].response_started;
         match c {
-            ControlFrame::Response { head, .. } if !started => {
-                let s = self.streams.get_mut(&key).expect("in flight");
-                s.response_started = true;
-                s.response_length = head.headers().content_length().ok().flatten();
-                self.events.push_back(RelayEvent::Response { key, head });
-            }
+            ControlFrame::Response { head, .. } if !started => self.on_response(key, head),
             ControlFrame::End { .. } if started => {
-                self.end_on_wire(key, RelayEnd::Completed, SendAbort::Never)
+                let s = &self.streams[&key];
+                let short = !s.bodiless && s.response_length.is_some_and(|cl| s.received < cl);
+                // The worker has ended its side either way: no `abort`.
+                let reason = if short {
+                    RelayEnd::ProtocolError
+                } else {
+                    RelayEnd::Completed
+                };
+                self.end_on_wire(key, reason, SendAbort::Never)
             }
             ControlFrame::Abort { .. } => {
                 self.end_on_wire(key, RelayEnd::WorkerAborted, SendAbort::Never)
@@ -547,6 +643,22 @@ impl RelayConnection {
         }
     }
 
+    /// The response head: only a final status (200..=599) with a valid
+    /// Content-Length starts a response; anything else fails the stream.
+    fn on_response(&mut self, key: StreamKey, head: ResponseHead) {
+        let status = head.status();
+        let length = head.headers().content_length();
+        let (true, Ok(length)) = ((200..=599).contains(&status), length) else {
+            self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always);
+            return;
+        };
+        let s = self.streams.get_mut(&key).expect("in flight");
+        s.response_started = true;
+        s.bodiless = s.head_request || status == 204 || status == 304;
+        s.response_length = if s.bodiless { None } else { length };
+        self.events.push_back(RelayEvent::Response { key, head });
+    }
+
     fn on_chunk(&mut self, id: StreamId, data: Bytes) {
         let Some(&key) = self.ids.get(&id) else {
             self.core.stats.messages_ignored += 1;
@@ -554,6 +666,17 @@ impl RelayConnection {
         };
         let s = self.streams.get_mut(&key).expect("in flight");
         if !s.response_started {
+            self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always);
+            return;
+        }
+        if s.bodiless {
+            // A body where HTTP allows none (HEAD, 204, 304): not forwarded.
+            self.core.stats.messages_ignored += 1;
+            return;
+        }
+        if s.response_length
+            .is_some_and(|cl| s.received + data.len() as u64 > cl)
+        {
             self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always);
             return;
         }

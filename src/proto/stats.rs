@@ -24,4 +24,8 @@ pub struct Stats {
     pub body_queued_out_max: u64,
     /// Messages ignored: malformed, unknown type, or for a stream not open.
     pub messages_ignored: u64,
+    /// Streams ended because the peer broke the protocol on them (a bad
+    /// head, a body longer or shorter than its Content-Length, frames out of
+    /// order); each is also counted in `streams_closed`.
+    pub protocol_errors: u64,
 }

@@ -7,24 +7,29 @@ use super::outbound::{Outbound, SendAbort};
 use super::{HandleError, Stats, StreamError, StreamKey};
 use crate::connect::{Keepalive, KeepaliveConfig};
 use crate::frame::{
-    self, CloseCode, ControlFrame, Decoded, FrameError, Headers, Message, RequestHead,
+    self, CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Headers, Message, RequestHead,
     ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
 };
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-/// Refusals (400 for a malformed request, 503 over `max_streams`) the worker
-/// queues before it stops reading until they have gone out: a relay that
-/// keeps sending such requests without reading cannot grow the queue.
+/// Refusals (400 for a malformed request, 503 over `max_streams`, `abort`
+/// for a request body that broke its Content-Length) the worker queues
+/// before it stops reading until they have gone out: a relay that keeps
+/// sending such requests without reading cannot grow the queue.
 pub const MAX_PENDING_REFUSALS: usize = 64;
 
 /// Bounds of a [`WorkerConnection`]. Every queue is finite.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// Requests open at once; a request beyond it is answered 503 at once.
-    /// Default 256.
+    /// Requests open at once; a request beyond it is answered 503 (with
+    /// `Retry-After: 1`) at once. Default 1024.
     pub max_streams: usize,
+    /// Of `max_streams`, how many only the control routes (`GET /health`,
+    /// `POST /v1/executions/{id}/cancel`) may use; other requests get 503
+    /// past `max_streams - reserved_streams` (never less than 1). Default 16.
+    pub reserved_streams: usize,
     /// Unread chunks held per request body before reading pauses (spec: 16).
     pub max_unread_chunks: usize,
     /// Unread body bytes held over all requests before reading pauses.
@@ -39,18 +44,24 @@ pub struct WorkerConfig {
     /// Pings and the pong deadline (spec: every 20 s, dead after 20 s without
     /// a pong). Armed by the first `handle_timeout(now)`. Default: on, with the spec's values.
     pub keepalive: Option<KeepaliveConfig>,
+    /// Bounds on every request head read: a request over them is answered
+    /// by the machine itself with [`HeadLimitError::status`](crate::frame::HeadLimitError::status)
+    /// (431, 414 or 400) and never reaches the application.
+    pub head_limits: HeadLimits,
 }
 
 impl Default for WorkerConfig {
     fn default() -> Self {
         WorkerConfig {
-            max_streams: 256,
+            max_streams: 1024,
+            reserved_streams: 16,
             max_unread_chunks: 16,
             max_unread_bytes: 64 << 20,
             max_queued_per_stream: 2 << 20,
             max_queued: 8 << 20,
             chunk_size: MAX_CHUNK_BODY,
             keepalive: Some(KeepaliveConfig::default()),
+            head_limits: HeadLimits::default(),
         }
     }
 }
@@ -65,6 +76,11 @@ pub enum WorkerEnd {
     Failed,
     /// The relay aborted the stream: its client has gone.
     ClientAborted,
+    /// The relay broke the protocol on this stream: the request body was
+    /// longer or shorter than its Content-Length. The request body fails
+    /// (`read_body` gives `Gone`), whatever of the response was queued is
+    /// dropped, and the worker sent `abort`.
+    ProtocolError,
     /// The connection closed or was lost.
     ConnectionLost,
 }
@@ -112,8 +128,15 @@ enum Resp {
 struct Stream {
     id: StreamId,
     body: InBody,
+    /// The request's Content-Length, and the body bytes received.
+    request_length: Option<u64>,
+    received: u64,
+    /// The request is a HEAD: its response carries no body.
+    head_request: bool,
     resp: Resp,
     failed: bool,
+    /// The response has no body (HEAD, 204, 304): body bytes are swallowed.
+    bodiless: bool,
     content_length: Option<u64>,
     sent: u64,
 }
@@ -152,7 +175,7 @@ impl Default for WorkerConnection {
 impl WorkerConnection {
     /// A connection that has just completed its handshake.
     pub fn new(config: WorkerConfig) -> WorkerConnection {
-        let keepalive = config.keepalive;
+        let (keepalive, limits) = (config.keepalive, config.head_limits);
         let out = Outbound::new(
             config.max_queued_per_stream,
             config.max_queued,
@@ -164,7 +187,7 @@ impl WorkerConnection {
             ids: HashMap::new(),
             answering: HashMap::new(),
             next_key: 1,
-            core: Core::new(out, keepalive),
+            core: Core::new(out, keepalive, limits),
             events: VecDeque::new(),
             unread_bytes: 0,
         }
@@ -216,10 +239,13 @@ impl WorkerConnection {
     /// is not open are ignored (counted in [`Stats::messages_ignored`]). A
     /// message over 1 MiB + 4 bytes closes the connection with 1009.
     pub fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
-        match self.core.take(msg, now, self.wants_read())? {
+        let wants_read = self.wants_read();
+        // The relay's `response` frames are never for the worker.
+        let wanted = |ty: &str, _id: u64| ty != "response";
+        match self.core.take(msg, now, wants_read, &wanted)? {
             Input::Frame(Decoded::Control(c)) => self.on_control(c),
             Input::Frame(Decoded::Chunk(c)) => self.on_chunk(c.id, c.data),
-            Input::BadText(t, e) => self.on_bad_text(&t, &e),
+            Input::BadText(e, known) => self.on_bad_text(&e, known),
             Input::TooLarge(code) => self.close_with(code, "message too big"),
             Input::Closed => self.lose(),
             Input::Frame(Decoded::Unknown) | Input::BadBinary | Input::Nothing => {}
@@ -245,7 +271,10 @@ impl WorkerConnection {
 
     // ----- application commands -----
 
-    /// Starts the response.
+    /// Starts the response. The status must be a final one, 200..=599 (the
+    /// protocol has no interim responses). A response to HEAD, and a 204 or
+    /// 304, has no body whatever its Content-Length says: body bytes sent
+    /// for it are swallowed and `finish` does not check the length.
     pub fn respond(&mut self, key: StreamKey, head: ResponseHead) -> Result<(), StreamError> {
         let Some(s) = self.stream_mut(key)? else {
             return Ok(());
@@ -253,10 +282,16 @@ impl WorkerConnection {
         if s.resp != Resp::NotStarted {
             return Err(StreamError::AlreadyResponded);
         }
+        let status = head.status();
+        if !(200..=599).contains(&status) {
+            return Err(FrameError::InvalidStatus.into());
+        }
         let content_length = head
             .headers()
             .content_length()
             .map_err(|_| StreamError::InvalidContentLength)?;
+        let bodiless = s.head_request || status == 204 || status == 304;
+        let content_length = if bodiless { None } else { content_length };
         let frame = ControlFrame::Response { id: s.id, head };
         let text = frame.encode();
         let len = text.len();
@@ -268,6 +303,7 @@ impl WorkerConnection {
             .into());
         }
         s.resp = Resp::Started;
+        s.bodiless = bodiless;
         s.content_length = content_length;
         let id = s.id;
         self.core.out.push_stream_message(key, Message::Text(text));
@@ -288,6 +324,9 @@ impl WorkerConnection {
             Resp::NotStarted => return Err(StreamError::NotResponded),
             Resp::Finished => return Err(StreamError::AlreadyFinished),
             Resp::Started => {}
+        }
+        if s.bodiless {
+            return Ok(len);
         }
         if let Some(limit) = s.content_length {
             if s.sent + len as u64 > limit {
@@ -452,7 +491,9 @@ impl WorkerConnection {
             ControlFrame::End { id } => match self.ids.get(&id) {
                 Some(&key) => {
                     let s = self.streams.get_mut(&key).expect("ids and streams agree");
-                    if s.body.is_open() {
+                    if s.body.is_reading() && s.request_length.is_some_and(|cl| s.received < cl) {
+                        self.protocol_error(key);
+                    } else if s.body.is_open() {
                         s.body.end();
                         self.events.push_back(WorkerEvent::Readable { key });
                     } else {
@@ -480,34 +521,31 @@ impl WorkerConnection {
 
     /// A text frame that does not decode. Ignored, as Strata's worker ignores
     /// it, except a `request` whose id is usable but whose other fields are
-    /// not (a header with CR/LF, a path without `/`, …): that one is answered
-    /// 400, so the relay's caller gets an answer instead of waiting forever.
-    fn on_bad_text(&mut self, text: &str, err: &FrameError) {
-        let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(text)
-        else {
-            return;
-        };
-        if obj.get("type").and_then(|t| t.as_str()) != Some("request") {
-            return;
-        }
-        let Some(id) = obj
-            .get("id")
-            .and_then(|v| v.as_u64())
-            .and_then(|v| u32::try_from(v).ok())
-            .and_then(StreamId::new)
-        else {
+    /// not (a header with CR/LF, a path without `/`, …) or are over the
+    /// [`HeadLimits`]: that one is answered 400 (or 431/414 for a head over a
+    /// bound), so the relay's caller gets an answer instead of waiting forever.
+    fn on_bad_text(&mut self, err: &FrameError, known: Option<(&'static str, StreamId)>) {
+        let Some(("request", id)) = known else {
             return;
         };
         if self.ids.contains_key(&id) || self.answering.contains_key(&id) {
             return;
         }
-        let body = format!("Bad Request: {err}");
+        let status = match err {
+            FrameError::HeadOverLimit(e) => e.status(),
+            _ => 400,
+        };
+        self.refuse(id, status, &format!("Bad Request: {err}"));
+    }
+
+    /// Answers a request the machine refuses itself with a short text body.
+    fn refuse(&mut self, id: StreamId, status: u16, text: &str) {
         let headers = Headers::try_from_pairs([("content-type", "text/plain; charset=utf-8")])
             .expect("static headers are valid");
         self.answer_now(
             id,
-            ResponseHead::new(400, headers).expect("valid"),
-            body.as_bytes(),
+            ResponseHead::new(status, headers).expect("valid"),
+            text.as_bytes(),
         );
     }
 
@@ -535,13 +573,28 @@ impl WorkerConnection {
             self.core.stats.messages_ignored += 1;
             return;
         }
-        if self.streams.len() >= self.config.max_streams {
+        let Ok(request_length) = head.headers().content_length() else {
+            self.core.stats.messages_ignored += 1;
+            self.refuse(id, 400, "Bad Request: invalid Content-Length");
+            return;
+        };
+        let limit = if super::is_control_route(&head) {
+            self.config.max_streams
+        } else {
+            self.config
+                .max_streams
+                .saturating_sub(self.config.reserved_streams)
+                .max(1)
+        };
+        if self.streams.len() >= limit {
             // Refuse at once; later frames for this id are not open and ignored.
             self.core.stats.messages_ignored += 1;
-            let headers = Headers::try_from_pairs([("content-length", "0")]).expect("valid");
+            let headers = Headers::try_from_pairs([("content-length", "0"), ("retry-after", "1")])
+                .expect("valid");
             self.answer_now(id, ResponseHead::new(503, headers).expect("valid"), b"");
             return;
         }
+        let head_request = head.method() == "HEAD";
         let key = StreamKey(self.next_key);
         self.next_key += 1;
         self.ids.insert(id, key);
@@ -550,8 +603,12 @@ impl WorkerConnection {
             Stream {
                 id,
                 body: InBody::new(),
+                request_length,
+                received: 0,
+                head_request,
                 resp: Resp::NotStarted,
                 failed: false,
+                bodiless: false,
                 content_length: None,
                 sent: 0,
             },
@@ -571,6 +628,13 @@ impl WorkerConnection {
             self.core.stats.messages_ignored += 1;
             return;
         }
+        if s.body.is_reading() {
+            s.received += data.len() as u64;
+            if s.request_length.is_some_and(|cl| s.received > cl) {
+                self.protocol_error(key);
+                return;
+            }
+        }
         let was_empty = s.body.chunks() == 0;
         let held = s.body.push(data);
         self.unread_bytes += held;
@@ -578,6 +642,21 @@ impl WorkerConnection {
         if held > 0 && was_empty {
             self.events.push_back(WorkerEvent::Readable { key });
         }
+    }
+
+    /// The relay broke the protocol on an open stream (a request body longer
+    /// or shorter than its Content-Length): the body fails, the response is
+    /// dropped, `abort` goes out, and the application is told.
+    fn protocol_error(&mut self, key: StreamKey) {
+        let mut s = self.streams.remove(&key).expect("open stream");
+        self.ids.remove(&s.id);
+        self.unread_bytes -= s.body.fail();
+        self.core.out.abort(key, s.id, SendAbort::Always);
+        // Like the machine's own refusals: a relay `abort` that crosses this
+        // one drops it, and it counts against MAX_PENDING_REFUSALS.
+        self.answering.insert(s.id, key);
+        self.core.stats.protocol_errors += 1;
+        self.ended(key, WorkerEnd::ProtocolError);
     }
 
     fn close_with(&mut self, code: CloseCode, reason: &str) {

@@ -41,9 +41,14 @@ pub enum BodyError {
     /// The worker aborted the response after it started.
     #[error("the worker aborted the response")]
     Aborted,
-    /// The worker broke the protocol on this stream.
-    #[error("the worker broke the protocol")]
+    /// The peer broke the protocol on this stream (relay side: the worker's
+    /// body did not match its Content-Length, …; worker side: the relay's).
+    #[error("the peer broke the protocol")]
     ProtocolError,
+    /// (Relay side) the request's sink was dropped before it was closed, so
+    /// the stream was aborted.
+    #[error("the request was abandoned before its end")]
+    RequestAborted,
     /// The connection was lost.
     #[error("the connection was lost")]
     ConnectionLost,

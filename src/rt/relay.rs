@@ -28,12 +28,33 @@ pub enum RelayError {
     /// The worker aborted the request (answer 502).
     #[error("the worker aborted the request")]
     WorkerAborted,
-    /// The worker broke the protocol on this stream (answer 502).
+    /// The worker broke the protocol on this stream: a bad response head
+    /// (1xx, a status outside 200..=599, a bad Content-Length, over the
+    /// head limits), or frames out of order (answer 502).
     #[error("the worker broke the protocol")]
     ProtocolError,
-    /// The request could not be opened.
+    /// The request was given up on this side: its [`RequestSink`] was
+    /// dropped before it was closed (typically because the caller's body
+    /// failed, as a malformed chunked body does). Answer 400.
+    #[error("the request body was abandoned before its end")]
+    RequestAborted,
+    /// The request could not be opened; [`StreamError::status`] says what
+    /// to answer (503, 405, 431, 414, 400, …).
     #[error(transparent)]
     Stream(#[from] StreamError),
+}
+
+impl RelayError {
+    /// The HTTP status to answer the caller with: 502 when the worker is
+    /// gone, aborted or broke the protocol, 400 for an abandoned request
+    /// body, and [`StreamError::status`] for a request that was refused.
+    pub fn status(&self) -> u16 {
+        match self {
+            RelayError::WorkerGone | RelayError::WorkerAborted | RelayError::ProtocolError => 502,
+            RelayError::RequestAborted => 400,
+            RelayError::Stream(e) => e.status(),
+        }
+    }
 }
 
 impl From<RelayEnd> for RelayError {
@@ -50,6 +71,8 @@ impl From<RelayEnd> for RelayError {
 struct Slot {
     head: Option<ResponseHead>,
     ended: Option<RelayEnd>,
+    /// The request sink was dropped unclosed: the stream was aborted here.
+    abandoned: bool,
     head_waker: Option<Waker>,
     read_waker: Option<Waker>,
     write_waker: Option<Waker>,
@@ -288,6 +311,11 @@ impl Drop for RequestSink {
         if !self.core.closed {
             let mut sh = lock(&self.guard.shared);
             sh.conn.abort(self.guard.key);
+            if let Some(slot) = sh.slots.get_mut(&self.guard.key) {
+                // Whoever awaits the response learns it will not come.
+                slot.abandoned = true;
+                slot.wake_all();
+            }
             sh.wake_driver();
         }
     }
@@ -328,6 +356,9 @@ impl Future for ResponseFuture {
         if let Some(end) = slot.ended {
             return Poll::Ready(Err(end.into()));
         }
+        if slot.abandoned {
+            return Poll::Ready(Err(RelayError::RequestAborted));
+        }
         slot.head_waker = Some(cx.waker().clone());
         Poll::Pending
     }
@@ -362,10 +393,16 @@ impl Stream for ResponseBody {
             }
             BodyRead::Gone => {
                 this.done = true;
-                let end = sh.slots.remove(&key).and_then(|s| s.ended);
-                Poll::Ready(Some(Err(
-                    end.map_or(BodyError::ConnectionLost, BodyError::from)
-                )))
+                let err = match sh.slots.remove(&key) {
+                    Some(Slot {
+                        ended: Some(end), ..
+                    }) => end.into(),
+                    Some(Slot {
+                        abandoned: true, ..
+                    }) => BodyError::RequestAborted,
+                    _ => BodyError::ConnectionLost,
+                };
+                Poll::Ready(Some(Err(err)))
             }
             BodyRead::Pending => {
                 if let Some(s) = sh.slots.get_mut(&key) {

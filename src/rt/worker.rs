@@ -58,6 +58,7 @@ impl Side for Shared {
             Some(WorkerEnd::ClientAborted | WorkerEnd::ConnectionLost) => {
                 Some(BodyError::ClientGone)
             }
+            Some(WorkerEnd::ProtocolError) => Some(BodyError::ProtocolError),
             _ => None,
         }
     }
@@ -265,7 +266,11 @@ impl Stream for RequestBody {
             }
             BodyRead::Gone => {
                 this.done = true;
-                Poll::Ready(Some(Err(BodyError::ClientGone)))
+                let err = match sh.slots.get(&key).and_then(|s| s.gone) {
+                    Some(WorkerEnd::ProtocolError) => BodyError::ProtocolError,
+                    _ => BodyError::ClientGone,
+                };
+                Poll::Ready(Some(Err(err)))
             }
             BodyRead::Pending => {
                 if let Some(s) = sh.slots.get_mut(&key) {
@@ -315,8 +320,8 @@ impl Responder {
         fail(&self.guard);
     }
 
-    /// Resolves when the client has gone (the relay aborted or the
-    /// connection was lost). Never resolves for a request answered in full.
+    /// Resolves when the client has gone (the relay aborted, broke the
+    /// protocol on this stream, or the connection was lost). Never resolves for a request answered in full.
     pub fn client_gone(&self) -> ClientGone {
         ClientGone {
             guard: self.guard.clone(),
@@ -349,7 +354,9 @@ impl Future for ClientGone {
         let mut sh = lock(&self.guard.shared);
         match sh.slots.get_mut(&self.guard.key) {
             Some(s) => match s.gone {
-                Some(WorkerEnd::ClientAborted | WorkerEnd::ConnectionLost) => Poll::Ready(()),
+                Some(
+                    WorkerEnd::ClientAborted | WorkerEnd::ConnectionLost | WorkerEnd::ProtocolError,
+                ) => Poll::Ready(()),
                 _ => {
                     s.gone_waker = Some(cx.waker().clone());
                     Poll::Pending
