@@ -71,18 +71,29 @@ pub struct Relay {
 
 impl Relay {
     pub fn new(tokens: TokenTable) -> Arc<Relay> {
+        Relay::with_config(tokens, RelayConfig::default())
+    }
+
+    /// A relay whose connections use `config` (bounds, reserve, refused methods).
+    pub fn with_config(tokens: TokenTable, config: RelayConfig) -> Arc<Relay> {
         Arc::new(Relay {
             tokens,
             urls: UrlMap::default(),
             workers: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
-            config: RelayConfig::default(),
+            config,
         })
     }
 
     /// Whether worker `id` is connected now.
     pub fn is_connected(&self, id: &str) -> bool {
         self.workers.lock().unwrap().contains_key(id)
+    }
+
+    /// The counters of worker `id`'s connection, if it is connected.
+    pub fn stats(&self, id: &str) -> Option<worker_relay::proto::Stats> {
+        let handle = self.workers.lock().unwrap().get(id)?.handle.clone();
+        Some(handle.stats())
     }
 }
 
@@ -209,8 +220,23 @@ fn accept_worker(relay: Arc<Relay>, req: Request<Incoming>) -> Response<Body> {
         .expect("static response")
 }
 
+/// The answer to a request the relay refuses: `status` from
+/// `RelayError::status` (a 503 says when to retry).
+fn refusal(status: u16, text: &str) -> Response<Body> {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut resp = plain(status, text);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        resp.headers_mut()
+            .insert("retry-after", hyper::header::HeaderValue::from_static("1"));
+    }
+    resp
+}
+
 /// `/w/<id>/…`: forward to the worker, stream the answer back.
 async fn forward(relay: Arc<Relay>, req: Request<Incoming>) -> Response<Body> {
+    if relay.config.refuses_method(req.method().as_str()) {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+    }
     let (parts, body) = req.into_parts();
     let (worker, head) = match request_head_from_parts(&parts, &relay.urls) {
         Ok(x) => x,
@@ -228,13 +254,15 @@ async fn forward(relay: Arc<Relay>, req: Request<Incoming>) -> Response<Body> {
     };
     let (mut sink, response) = match handle.send_request(head) {
         Ok(x) => x,
-        Err(RelayError::Stream(StreamError::TooManyStreams { .. })) => {
-            return plain(StatusCode::SERVICE_UNAVAILABLE, "worker busy");
+        Err(e @ RelayError::Stream(StreamError::TooManyStreams { .. })) => {
+            return refusal(e.status(), "worker busy");
         }
-        Err(e) => return plain(StatusCode::BAD_GATEWAY, &format!("worker unavailable: {e}")),
+        Err(e) => return refusal(e.status(), &format!("refused: {e}")),
     };
     // The request body streams to the worker while we wait for the answer.
-    // If the caller's body fails, the sink is dropped unclosed: abort.
+    // If the caller's body fails (a malformed chunked body, a reset), the
+    // sink is dropped unclosed: the stream is aborted and the response
+    // future ends with `RequestAborted`, answered 400.
     let upload = async move {
         let mut body = body;
         while let Some(frame) = body.frame().await {
@@ -250,9 +278,12 @@ async fn forward(relay: Arc<Relay>, req: Request<Incoming>) -> Response<Body> {
     let upload = tokio::spawn(upload);
     let resp = match response.await {
         Ok(r) => r,
+        Err(e @ RelayError::RequestAborted) => {
+            return refusal(e.status(), "bad request body");
+        }
         Err(e) => {
             upload.abort();
-            return plain(StatusCode::BAD_GATEWAY, &format!("worker failed: {e}"));
+            return refusal(e.status(), &format!("worker failed: {e}"));
         }
     };
     let builder = match response_builder(&resp.head) {

@@ -131,7 +131,9 @@ fn query_param(query: &str, name: &str) -> Option<u64> {
     })
 }
 
-async fn reply(responder: rt::Responder, status: u16, ctype: &str, body: Bytes) {
+/// Answers with `body` and its Content-Length; to HEAD (`head_only`) with
+/// the same head and no body, as an HTTP server does.
+async fn reply(responder: rt::Responder, status: u16, ctype: &str, body: Bytes, head_only: bool) {
     let len = body.len().to_string();
     let Ok(mut sink) = responder.respond(head(
         status,
@@ -139,7 +141,7 @@ async fn reply(responder: rt::Responder, status: u16, ctype: &str, body: Bytes) 
     )) else {
         return;
     };
-    if !body.is_empty() && sink.send(body).await.is_err() {
+    if !head_only && !body.is_empty() && sink.send(body).await.is_err() {
         return;
     }
     let _ = sink.close().await;
@@ -168,6 +170,7 @@ pub async fn handle(req: Request, worker_token: Option<Token>) {
             401,
             "text/plain; charset=utf-8",
             Bytes::from_static(b"unauthorized\n"),
+            false,
         )
         .await;
     }
@@ -177,13 +180,20 @@ pub async fn handle(req: Request, worker_token: Option<Token>) {
         responder,
         ..
     } = req;
-    match (rh.method(), rh.path()) {
+    let head_only = rh.method() == "HEAD";
+    // HEAD is served as GET; the state machine sends the head without a body.
+    let method = match rh.method() {
+        "HEAD" => "GET",
+        m => m,
+    };
+    match (method, rh.path()) {
         ("GET", "/health") => {
             reply(
                 responder,
                 200,
                 "application/json",
                 Bytes::from_static(br#"{"status":"ok"}"#),
+                head_only,
             )
             .await
         }
@@ -227,6 +237,7 @@ pub async fn handle(req: Request, worker_token: Option<Token>) {
                 200,
                 "text/plain",
                 Bytes::from(format!("{hex} {n}")),
+                false,
             )
             .await
         }
@@ -240,7 +251,14 @@ pub async fn handle(req: Request, worker_token: Option<Token>) {
                 let secs = piece.len() as f64 / (mibps as f64 * 1024.0 * 1024.0);
                 tokio::time::sleep(Duration::from_secs_f64(secs)).await;
             }
-            reply(responder, 200, "text/plain", Bytes::from(n.to_string())).await
+            reply(
+                responder,
+                200,
+                "text/plain",
+                Bytes::from(n.to_string()),
+                false,
+            )
+            .await
         }
         ("GET", "/bytes") => {
             let n = query_param(rh.query(), "n").unwrap_or(0);
@@ -255,7 +273,7 @@ pub async fn handle(req: Request, worker_token: Option<Token>) {
                 return;
             };
             let mut sent = 0u64;
-            while sent < n {
+            while sent < n && !head_only {
                 let size = (n - sent).min(256 * 1024) as usize;
                 let piece: Vec<u8> = (0..size as u64).map(|i| ((sent + i) % 251) as u8).collect();
                 if sink.send(Bytes::from(piece)).await.is_err() {
@@ -270,7 +288,7 @@ pub async fn handle(req: Request, worker_token: Option<Token>) {
             let gone = responder.client_gone();
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(ms)) => {
-                    reply(responder, 200, "text/plain", Bytes::from(format!("slept {ms} ms"))).await
+                    reply(responder, 200, "text/plain", Bytes::from(format!("slept {ms} ms")), head_only).await
                 }
                 _ = gone => eprintln!("worker: /sleep: the client has gone"),
             }
@@ -293,6 +311,7 @@ pub async fn handle(req: Request, worker_token: Option<Token>) {
                 404,
                 "text/plain; charset=utf-8",
                 Bytes::from_static(b"not found\n"),
+                head_only,
             )
             .await
         }

@@ -147,6 +147,11 @@ pub fn worker_process(port: u16, connect_token: &str) -> Proc {
 
 /// A relay and a worker in this process (the examples' code), on a fresh port.
 pub async fn in_process_stack() -> (SocketAddr, Arc<relay_server::Relay>) {
+    in_process_stack_with(worker_relay::proto::RelayConfig::default()).await
+}
+
+/// The tokens of the e2e workers `abc` and `idle`.
+pub fn token_table() -> TokenTable {
     let mut table = TokenTable::new();
     table
         .insert(
@@ -160,10 +165,25 @@ pub async fn in_process_stack() -> (SocketAddr, Arc<relay_server::Relay>) {
             Token::new("ct-idle-worker-token").unwrap(),
         )
         .unwrap();
+    table
+}
+
+/// The examples' relay alone (no worker), with `config`, on a fresh port.
+pub async fn relay_only(
+    config: worker_relay::proto::RelayConfig,
+) -> (SocketAddr, Arc<relay_server::Relay>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let relay = relay_server::Relay::new(table);
+    let relay = relay_server::Relay::with_config(token_table(), config);
     tokio::spawn(relay_server::serve(listener, relay.clone()));
+    (addr, relay)
+}
+
+/// [`in_process_stack`] with the relay's connections bounded by `config`.
+pub async fn in_process_stack_with(
+    config: worker_relay::proto::RelayConfig,
+) -> (SocketAddr, Arc<relay_server::Relay>) {
+    let (addr, relay) = relay_only(config).await;
     tokio::spawn(worker_app::run(worker_app::WorkerOptions {
         connect_url: format!("ws://{addr}/connect"),
         connect_token: Some(Token::new(CONNECT_TOKEN).unwrap()),
