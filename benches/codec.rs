@@ -7,6 +7,12 @@
 //!   plain memcpy of the same bytes into a buffer allocated once.
 //! - `control/<frame>`: `decode_text` and `ControlFrame::encode` vs
 //!   `serde_json::from_slice::<serde_json::Value>` of the same text.
+//! - `hostile_head/1MiB_116k_headers`: a worker's 1 MiB `response` frame of
+//!   tiny headers: fed to a `RelayConnection` for an id not in flight (read no
+//!   further than its id), and `decode_text_limited` (what the relay does for
+//!   a stream in flight: collect up to the bound, scan the rest) vs the
+//!   unbounded `decode_text` of the same text; a bare `IgnoredAny` scan for
+//!   reference.
 
 use bytes::Bytes;
 use criterion::{
@@ -247,11 +253,57 @@ fn control(c: &mut Criterion) {
     g.finish();
 }
 
+/// A `response` frame of `["a",""]` headers filling `len` bytes.
+fn hostile_response(len: usize) -> String {
+    let pair = r#"["a",""],"#;
+    let n = (len - 100) / pair.len();
+    format!(
+        r#"{{"type":"response","id":9,"status":200,"headers":[{}["a",""]]}}"#,
+        pair.repeat(n)
+    )
+}
+
+fn hostile_head(c: &mut Criterion) {
+    let mut g = c.benchmark_group("hostile_head");
+    g.warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20);
+    let text = hostile_response(MIB);
+    let name = "1MiB_116k_headers";
+    let mut relay = worker_relay::proto::RelayConnection::default();
+    let now = std::time::Instant::now();
+    g.throughput(Throughput::Bytes(text.len() as u64));
+    g.bench_function(BenchmarkId::new("relay_handle_message", name), |b| {
+        b.iter_batched(
+            || worker_relay::frame::Message::Text(text.clone()),
+            |m| relay.handle_message(m, now).unwrap(),
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    assert!(relay.stats().messages_ignored > 0);
+    // For a stream in flight the frame is read to the end, its headers
+    // collected only up to the bound.
+    let limits = frame::HeadLimits::default();
+    g.bench_function(BenchmarkId::new("decode_text_limited", name), |b| {
+        b.iter(|| black_box(frame::decode_text_limited(black_box(&text), &limits).unwrap_err()))
+    });
+    g.bench_function(BenchmarkId::new("baseline_unbounded_decode", name), |b| {
+        b.iter(|| black_box(frame::decode_text(black_box(&text)).unwrap()))
+    });
+    g.bench_function(BenchmarkId::new("ref_ignored_any_scan", name), |b| {
+        b.iter(|| {
+            black_box(serde_json::from_str::<serde::de::IgnoredAny>(black_box(&text)).unwrap())
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
     chunk_decode,
     chunk_encode,
     chunk_encode_placements,
-    control
+    control,
+    hostile_head
 );
 criterion_main!(benches);
