@@ -2032,6 +2032,9 @@ struct RKey {
     received: u64,
     /// No response body is expected: a HEAD request, a 204 or 304.
     bodiless: bool,
+    /// Since when data has waited for the application unread (or, orphaned,
+    /// the worker's `end` has been awaited): the stall deadline's start.
+    stall_since: Option<Instant>,
     /// The caller let go of a response complete by its Content-Length
     /// before the worker's `end`, its own request finished: the relay waits
     /// for that `end` quietly (no `abort`, no event; the id stays taken,
@@ -2071,6 +2074,8 @@ struct RelayHarness {
     opened: u64,
     ends: u64,
     protocol_errors: u64,
+    /// Since when reading has been paused (the read-pause bound's start).
+    paused_since: Option<Instant>,
 }
 
 /// Drives a [`RelayConnection`] with an arbitrary sequence of operations —
@@ -2137,6 +2142,11 @@ impl RelayHarness {
         if f & 2 == 2 {
             cfg.keepalive = gen_keepalive(c, cfg.keepalive);
         }
+        if f & 8 == 8 {
+            // Short deadlines, so stalls and pause bounds fire often.
+            cfg.stall_timeout = Duration::from_secs(1 + u64::from(f >> 4));
+            cfg.read_pause_timeout = Duration::from_secs(1 + u64::from((f >> 4) % 4));
+        }
         let now = base_instant();
         let mut r = RelayConnection::new(cfg.clone());
         if f & 4 == 4 {
@@ -2165,11 +2175,99 @@ impl RelayHarness {
             opened: 0,
             ends: 0,
             protocol_errors: 0,
+            paused_since: None,
         }
     }
 
     fn chunk_limit(&self) -> usize {
         self.cfg.chunk_size.clamp(1, MAX_CHUNK_BODY)
+    }
+
+    /// Whether the relay must pause reading (no overflow in this model).
+    fn model_paused(&self) -> bool {
+        let mut bytes = 0usize;
+        for key in &self.active {
+            let k = &self.keys[key];
+            if k.held {
+                bytes += k.body.bytes;
+                if k.body.held.len() >= self.cfg.max_unread_chunks {
+                    return true;
+                }
+            }
+        }
+        bytes >= self.cfg.max_unread_bytes
+    }
+
+    fn track_pause(&mut self) {
+        if self.closed || !self.model_paused() {
+            self.paused_since = None;
+        } else if self.paused_since.is_none() {
+            self.paused_since = Some(self.now);
+        }
+    }
+
+    /// The model of the relay giving up a stream whose application did not
+    /// keep up: `abort` if in flight, and its data dropped.
+    fn give_up(&mut self, key: StreamKey) {
+        let k = self.keys.get_mut(&key).expect("a held stream");
+        k.stall_since = None;
+        if k.live {
+            self.end_on_wire(key, RelayEnd::CallerStalled, true);
+        } else {
+            k.body.fail();
+        }
+    }
+
+    /// The model of the deadlines `handle_timeout(now)` runs: stalls in
+    /// order of their start, then the read-pause bound.
+    fn run_deadlines(&mut self) {
+        if self.closed {
+            return;
+        }
+        let stall = self.cfg.stall_timeout;
+        let mut due: Vec<(Instant, StreamKey)> = self
+            .keys
+            .iter()
+            .filter_map(|(key, k)| k.stall_since.map(|t| (t, *key)))
+            .filter(|(t, _)| t.checked_add(stall).is_some_and(|d| d <= self.now))
+            .collect();
+        due.sort();
+        for (_, key) in due {
+            trace!("model: {key:?} stalled");
+            self.give_up(key);
+        }
+        self.track_pause();
+        let over = self
+            .paused_since
+            .and_then(|p| p.checked_add(self.cfg.read_pause_timeout))
+            .is_some_and(|d| d <= self.now);
+        if over {
+            let limit = self.cfg.max_unread_chunks;
+            let held: Vec<StreamKey> = self
+                .active
+                .iter()
+                .copied()
+                .filter(|k| self.keys[k].held)
+                .collect();
+            let mut culprits: Vec<StreamKey> = held
+                .iter()
+                .copied()
+                .filter(|k| self.keys[k].body.held.len() >= limit)
+                .collect();
+            if culprits.is_empty() {
+                culprits.extend(
+                    held.iter()
+                        .copied()
+                        .filter(|k| self.keys[k].body.bytes > 0)
+                        .max_by_key(|k| (self.keys[k].body.bytes, std::cmp::Reverse(*k))),
+                );
+            }
+            for key in culprits {
+                trace!("model: {key:?} holds reading paused too long");
+                self.give_up(key);
+            }
+        }
+        self.track_pause();
     }
 
     fn wire_ids(&self) -> Vec<StreamId> {
@@ -2293,6 +2391,15 @@ impl RelayHarness {
         let was_closed = self.r.is_closed();
         trace!("relay: handle_timeout(+{:?})", self.now - base_instant());
         self.r.handle_timeout(self.now);
+        if !was_closed && self.r.is_closed() {
+            assert!(
+                self.cfg.keepalive.is_some(),
+                "closed on a timeout without keepalive"
+            );
+            self.expect_close = Some(1011);
+        } else {
+            self.run_deadlines();
+        }
         let t = self.r.poll_timeout();
         if let Some(t) = t {
             assert!(
@@ -2302,13 +2409,6 @@ impl RelayHarness {
         }
         self.r.handle_timeout(self.now);
         assert_eq!(self.r.poll_timeout(), t);
-        if !was_closed && self.r.is_closed() {
-            assert!(
-                self.cfg.keepalive.is_some(),
-                "closed on a timeout without keepalive"
-            );
-            self.expect_close = Some(1011);
-        }
     }
 
     fn open(&mut self, head: RequestHead) {
@@ -2390,6 +2490,7 @@ impl RelayHarness {
                 response_length: None,
                 received: 0,
                 bodiless: false,
+                stall_since: None,
                 orphaned: false,
                 body: BodyModel::new(),
             },
@@ -2429,6 +2530,10 @@ impl RelayHarness {
         k.sent += n as u64;
         if n > 0 {
             k.out.push_back(data.slice(..n));
+            // Sending restarts a running stall deadline.
+            if k.stall_since.is_some() {
+                k.stall_since = Some(self.now);
+            }
         }
     }
 
@@ -2479,8 +2584,10 @@ impl RelayHarness {
         self.expect_response.remove(&key);
         if k.live && !k.orphaned && !k.writing && k.response_complete() {
             // Complete for the caller, and the request is complete: wait for
-            // the worker's `end` quietly; the queued request still goes out.
+            // the worker's `end` quietly (for at most the stall deadline);
+            // the queued request still goes out.
             k.orphaned = true;
+            k.stall_since = Some(self.now);
             k.forgotten = true;
             k.aborted_live = true;
             k.body.discard();
@@ -2521,6 +2628,7 @@ impl RelayHarness {
         if k.orphaned {
             // Let go of by the caller: it ends without an event; what is
             // still queued of the request is dropped.
+            k.stall_since = None;
             k.live = false;
             k.held = false;
             k.writing = false;
@@ -2552,11 +2660,15 @@ impl RelayHarness {
         }
         if !reason.is_failure() {
             k.body.end();
-        } else if k.started {
+        } else if k.started && !reason.drops_body() {
             k.body.fail_after_data();
+        } else if k.started {
+            k.body.fail();
+            k.stall_since = None;
         } else {
             k.held = false;
             k.body.clear();
+            k.stall_since = None;
         }
         self.expect_end.insert(key, (reason, k.started));
         self.ends += 1;
@@ -2570,6 +2682,12 @@ impl RelayHarness {
                 k.body.read(&got, "relay");
                 if !k.live && matches!(got, BodyRead::End | BodyRead::Gone) {
                     k.held = false;
+                    k.stall_since = None;
+                }
+                if matches!(got, BodyRead::Data(_)) {
+                    // The caller took something: its deadline restarts.
+                    let waiting = !k.body.held.is_empty() && !self.closed;
+                    k.stall_since = waiting.then_some(self.now);
                 }
             }
             _ => assert_eq!(got, BodyRead::Gone, "read_body of a stream not held"),
@@ -2660,7 +2778,11 @@ impl RelayHarness {
                         self.end_on_wire(key, RelayEnd::ProtocolError, true);
                     } else if !k.bodiless {
                         k.received += data.len() as u64;
+                        let pushed = !data.is_empty() && k.body.state == BState::Open;
                         k.body.push(data);
+                        if pushed && k.stall_since.is_none() {
+                            k.stall_since = Some(self.now);
+                        }
                     }
                 }
             }
@@ -2791,14 +2913,17 @@ impl RelayHarness {
                 self.end_on_wire(key, RelayEnd::ConnectionLost, false);
             }
             for k in self.keys.values_mut() {
-                // Whatever was queued is gone with the connection.
+                // Whatever was queued is gone with the connection, and no
+                // deadline runs any more.
                 k.abort_expected &= k.abort_emitted;
+                k.stall_since = None;
             }
         }
         while let Some(e) = self.r.poll_event() {
             self.on_event(e);
         }
         self.check();
+        self.track_pause();
     }
 
     fn on_event(&mut self, e: RelayEvent) {
@@ -2818,6 +2943,7 @@ impl RelayHarness {
                 );
             }
             RelayEvent::Readable { .. } | RelayEvent::Writable { .. } => {}
+            RelayEvent::Refill { .. } => panic!("a refill without an overflow configured"),
             RelayEvent::Ended {
                 reason,
                 response_started,

@@ -23,17 +23,20 @@
 //! |---|---|---|
 //! | inputs from the socket | `handle_message(msg, now)`, `handle_lost()` | same |
 //! | input from the clock | `handle_timeout(now)` | same |
-//! | application commands | `open_stream`, `send_body`, `finish`, `abort`, `read_body`, `close` | `respond`, `send_body`, `finish`, `fail`, `read_body`, `discard_body`, `close` |
-//! | drains | `poll_transmit()`, `poll_event()`, `poll_timeout()` | same |
-//! | getters | `wants_read()`, `send_capacity(key)`, `is_closed()`, `stats()` | same |
+//! | application commands | `open_stream`, `send_body`, `finish`, `abort`, `read_body`, `refill`, `close` | `respond`, `send_body`, `finish`, `fail`, `read_body`, `discard_body`, `close` |
+//! | drains | `poll_transmit()`, `poll_event()`, `poll_spill()`, `poll_timeout()` | `poll_transmit()`, `poll_event()`, `poll_timeout()` |
+//! | getters | `wants_read()`, `send_capacity(key)`, `is_closed()`, `close_cause()`, `stats()` | same |
 //!
 //! Each turn of the loop:
 //!
 //! 1. apply the application's commands;
 //! 2. drain `poll_transmit()` into the socket until it returns `None` (or the
-//!    socket is full: the messages wait inside the machine, bounded);
+//!    socket is full: the messages wait inside the machine, bounded); a relay
+//!    with an overflow configured also drains `poll_spill()` into its
+//!    overflow store;
 //! 3. drain `poll_event()` and act on each event (read bodies with
-//!    `read_body` on `Readable`, answer requests, …);
+//!    `read_body` on `Readable`, answer requests, hand stored bytes back with
+//!    `refill` on `Refill`, …);
 //! 4. wait for whichever comes first: a message from the socket — **only if
 //!    `wants_read()`** (this is the backpressure: a body with 16 unread
 //!    chunks pauses reading), the deadline from `poll_timeout()`, or an
@@ -41,6 +44,10 @@
 //!    `handle_timeout` or the command, and go round again.
 //!
 //! Time only moves forward, and extra `handle_timeout` calls are harmless.
+//! The deadlines behind `poll_timeout()` are the keepalive (both sides) and,
+//! on the relay, each stream's stall deadline and the read-pause bound: a
+//! caller that does not keep up costs only its own stream
+//! ([`proto::RelayConnection`] has the details).
 //! A panic is a bug in this crate, never the result of peer input.
 //!
 //! Here is a complete loop: a relay and a worker connected by two in-memory

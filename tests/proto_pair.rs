@@ -183,10 +183,14 @@ mod keepalive {
             assert_eq!(pings(&p), n, "ping {n}");
         }
         assert!(!p.worker.is_closed());
-        assert!(
-            p.relay.poll_timeout().is_none(),
-            "the relay does not ping by default"
-        );
+        // The relay pings too (issue 14): a frozen worker is noticed.
+        let relay_pings = p
+            .relay_sent
+            .iter()
+            .filter(|m| matches!(m, Message::Ping(_)))
+            .count();
+        assert_eq!(relay_pings, 5);
+        assert!(!p.relay.is_closed());
     }
 
     #[test]
@@ -235,6 +239,11 @@ mod keepalive_backpressure {
     use std::time::Duration;
     use worker_relay::frame::Message;
 
+    /// Issue 14, item 5: a slow app body reader pauses the worker's reading,
+    /// as the spec says, and both keepalives survive it: the worker's pong
+    /// waits unread behind body chunks (its own backpressure), and the
+    /// relay's pings wait behind the body it sends, which the worker keeps
+    /// taking (slowly): that progress is life.
     #[test]
     fn pings_go_on_while_reading_is_paused_and_the_connection_survives() {
         let mut p = Pair::default_pair();
@@ -245,15 +254,21 @@ mod keepalive_backpressure {
             p.step();
         }
         assert!(!p.worker.wants_read());
-        // A minute of stall: pings still go out, the pong waits unread.
-        for _ in 0..6 {
-            p.advance(Duration::from_secs(10));
+        let (wk, _) = p.worker_requests()[0].clone();
+        // A minute of a slow app: one chunk read every 5 s.
+        for _ in 0..12 {
+            assert!(matches!(p.worker.read_body(wk), BodyRead::Data(_)));
+            p.advance(Duration::from_secs(5));
             p.progress();
         }
         assert!(!p.worker.is_closed(), "closed by its own backpressure");
+        assert!(
+            !p.relay.is_closed(),
+            "the relay took a slow reader for dead"
+        );
         assert!(p.worker_sent.iter().any(|m| matches!(m, Message::Ping(_))));
+        assert!(p.relay_sent.iter().any(|m| matches!(m, Message::Ping(_))));
         // The app reads again: the pong is read and the connection lives on.
-        let (wk, _) = p.worker_requests()[0].clone();
         for _ in 0..10_000 {
             let (_, last) = worker_read_all(&mut p.worker, wk);
             if last != BodyRead::Pending || !p.step() {
@@ -272,5 +287,31 @@ mod keepalive_backpressure {
             p.progress();
         }
         assert!(p.worker.is_closed());
+    }
+
+    /// An app that reads nothing at all is indistinguishable from a frozen
+    /// worker: the relay, whose body waits for a socket that takes nothing,
+    /// gives up 20 s after the last message the worker took (Strata's worker
+    /// would give up too: its WebSocket library stops reading, pongs included).
+    #[test]
+    fn a_worker_that_takes_nothing_at_all_is_dropped_by_the_relay() {
+        let mut p = Pair::default_pair();
+        p.auto_read_worker = false;
+        let k = p.relay.open_stream(post("/upload", None)).unwrap();
+        for _ in 0..100 {
+            let _ = p.relay.send_body(k, pattern(1 << 20)).unwrap();
+            p.step();
+        }
+        assert!(!p.worker.wants_read());
+        for s in 1..=6 {
+            p.advance(Duration::from_secs(10));
+            p.progress();
+            assert_eq!(p.relay.is_closed(), s >= 4, "after {} s", s * 10);
+        }
+        assert_eq!(
+            p.relay.close_cause(),
+            Some(&worker_relay::proto::CloseCause::KeepaliveTimeout)
+        );
+        assert!(!p.worker.is_closed(), "the worker's own keepalive forgives");
     }
 }

@@ -1,69 +1,17 @@
 //! The async layer driven by `futures::executor` (no tokio anywhere), over an
 //! in-memory socket made of two channels.
 
+mod common;
+
 use bytes::Bytes;
-use futures::channel::mpsc;
+use common::mem::{socket_pair, FuturesTimer};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
-use futures::{Sink, SinkExt, Stream, StreamExt};
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
-use worker_relay::frame::{Headers, Message, RequestHead, ResponseHead};
+use futures::{SinkExt, StreamExt};
+use std::time::Duration;
+use worker_relay::frame::{Headers, RequestHead, ResponseHead};
 use worker_relay::proto::{RelayConfig, WorkerConfig};
-use worker_relay::rt::{self, BodyError, RelayError, Sleep, Timer};
-
-/// One end of an in-memory WebSocket.
-struct MemSocket {
-    tx: mpsc::Sender<Message>,
-    rx: mpsc::Receiver<Message>,
-}
-
-fn socket_pair() -> (MemSocket, MemSocket) {
-    let (a_tx, b_rx) = mpsc::channel(4);
-    let (b_tx, a_rx) = mpsc::channel(4);
-    (
-        MemSocket { tx: a_tx, rx: a_rx },
-        MemSocket { tx: b_tx, rx: b_rx },
-    )
-}
-
-impl Stream for MemSocket {
-    type Item = Result<Message, mpsc::SendError>;
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.rx.poll_next_unpin(cx).map(|m| m.map(Ok))
-    }
-}
-
-impl Sink<Message> for MemSocket {
-    type Error = mpsc::SendError;
-    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.tx.poll_ready_unpin(cx)
-    }
-    fn start_send(mut self: Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
-        self.tx.start_send_unpin(item)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.tx.poll_flush_unpin(cx)
-    }
-    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.tx.poll_close_unpin(cx)
-    }
-}
-
-/// Timers from futures-timer: no runtime needed.
-struct FuturesTimer;
-
-impl Timer for FuturesTimer {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-    fn sleep_until(&self, deadline: Instant) -> Sleep {
-        Box::pin(futures_timer::Delay::new(
-            deadline.saturating_duration_since(Instant::now()),
-        ))
-    }
-}
+use worker_relay::rt::{self, BodyError, RelayError};
 
 fn head(method: &str, path: &str) -> RequestHead {
     RequestHead::new(method, path, "", Headers::new()).unwrap()

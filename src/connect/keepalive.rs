@@ -212,6 +212,21 @@ impl Keepalive {
         }
     }
 
+    /// Moves the outstanding ping's pong deadline to `until` if that is
+    /// later. A state machine calls this while the peer is still taking our
+    /// output (a message left for the socket recently): a peer that reads is
+    /// alive, even when its pong waits behind what we sent.
+    pub fn defer_deadline(&mut self, until: Instant) {
+        if self.dead {
+            return;
+        }
+        if let Some(out) = self.outstanding.as_mut() {
+            if out.deadline.is_some_and(|d| d < until) {
+                out.deadline = Some(until);
+            }
+        }
+    }
+
     /// The ping to send, if one was produced (a [`Message::Ping`]).
     pub fn poll_ping(&mut self) -> Option<Message> {
         self.queued

@@ -2,7 +2,7 @@
 //! close message, the counters, and the first look at each message read.
 
 use super::outbound::{Outbound, Sent};
-use super::{HandleError, Stats};
+use super::{CloseCause, HandleError, Stats};
 use crate::connect::{Keepalive, KeepaliveConfig};
 use crate::frame::{
     self, CloseCode, CloseFrame, Decoded, FrameError, HeadLimits, Message, StreamId,
@@ -22,8 +22,8 @@ pub(crate) enum Input {
     BadBinary,
     /// A message over the limit: close with this code.
     TooLarge(CloseCode),
-    /// The peer closed the connection.
-    Closed,
+    /// The peer closed the connection (with this close frame).
+    Closed(Option<CloseFrame>),
 }
 
 #[derive(Debug)]
@@ -33,15 +33,24 @@ pub(crate) struct Core {
     keepalive: Option<Keepalive>,
     closing: Option<Message>,
     pub closed: bool,
+    /// Why it closed, once it has.
+    pub cause: Option<CloseCause>,
     pub stats: Stats,
     /// Bounds on every head read.
     pub limits: HeadLimits,
+    /// The latest time seen (inputs carry it; commands and drains use it).
+    pub now: Option<Instant>,
+    /// When the socket last took a message from us.
+    last_taken: Option<Instant>,
 }
 
 impl Core {
     pub fn new(out: Outbound, keepalive: Option<KeepaliveConfig>, limits: HeadLimits) -> Core {
         Core {
             limits,
+            cause: None,
+            now: None,
+            last_taken: None,
             out,
             keepalive_config: keepalive,
             keepalive: None,
@@ -65,6 +74,7 @@ impl Core {
         wants_read: bool,
         wanted: &dyn Fn(&str, u64) -> bool,
     ) -> Result<Input, HandleError> {
+        self.advance(now);
         if self.closed {
             return Ok(Input::Nothing);
         }
@@ -75,7 +85,7 @@ impl Core {
             self.stats.bytes_in += msg.len() as u64;
         }
         let decoded = match msg {
-            Message::Close(_) => return Ok(Input::Closed),
+            Message::Close(f) => return Ok(Input::Closed(f)),
             Message::Pong(p) => {
                 if let Some(ka) = self.keepalive.as_mut() {
                     ka.handle_pong(now, &p);
@@ -111,12 +121,26 @@ impl Core {
         })
     }
 
+    /// Time only moves forward.
+    pub fn advance(&mut self, now: Instant) -> Instant {
+        let now = self.now.map_or(now, |t| t.max(now));
+        self.now = Some(now);
+        now
+    }
+
     /// Advances time: arms the keepalive on the first call, queues a due ping
-    /// ahead of everything, and says whether the connection is dead (no pong
-    /// in time). While reading is `paused` for backpressure the pong may be
-    /// waiting unread behind body chunks, which is not the peer's fault, so
-    /// its deadline restarts.
+    /// ahead of everything, and says whether the connection is dead.
+    ///
+    /// Dead means no pong within the timeout of a ping **and** no sign of
+    /// life otherwise. While reading is `paused` for backpressure the pong
+    /// may be waiting unread behind body chunks, which is not the peer's
+    /// fault, so its deadline restarts. While our output waits for the socket
+    /// and the socket took a message less than a timeout ago, the peer is
+    /// reading (slowly: a slow app, a slow caller behind it), so the deadline
+    /// runs from that last message. A frozen peer takes nothing: dead one
+    /// timeout after the last message it took.
     pub fn handle_timeout(&mut self, now: Instant, paused: bool) -> bool {
+        let now = self.advance(now);
         if self.closed {
             return false;
         }
@@ -128,6 +152,11 @@ impl Core {
             .get_or_insert_with(|| Keepalive::new(cfg, now));
         if paused {
             ka.extend_deadline(now);
+        }
+        if self.out.has_queued() {
+            if let Some(at) = self.last_taken.and_then(|t| t.checked_add(cfg.timeout)) {
+                ka.defer_deadline(at);
+            }
         }
         ka.handle_timeout(now);
         if let Some(ping) = ka.poll_ping() {
@@ -144,14 +173,15 @@ impl Core {
         self.keepalive.as_ref().and_then(Keepalive::poll_timeout)
     }
 
-    /// Marks the connection closed; `close` is the close message to send last
-    /// (none when the peer closed or the socket was lost). Returns false if it
-    /// was already closed.
-    pub fn mark_closed(&mut self, close: Option<(CloseCode, &str)>) -> bool {
+    /// Marks the connection closed for `cause`; `close` is the close message
+    /// to send last (none when the peer closed or the socket was lost).
+    /// Returns false if it was already closed.
+    pub fn mark_closed(&mut self, close: Option<(CloseCode, &str)>, cause: CloseCause) -> bool {
         if self.closed {
             return false;
         }
         self.closed = true;
+        self.cause = Some(cause);
         self.closing = close.map(|(code, reason)| {
             Message::Close(Some(CloseFrame {
                 code,
@@ -171,6 +201,7 @@ impl Core {
             return None;
         }
         let (msg, sent) = self.out.poll_transmit()?;
+        self.last_taken = self.now;
         self.stats.bytes_out += msg.len() as u64;
         Some((msg, sent))
     }

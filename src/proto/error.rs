@@ -60,6 +60,12 @@ pub enum StreamError {
     /// Body after the stream's output was finished.
     #[error("the stream's output is already finished")]
     AlreadyFinished,
+    /// (Relay) `refill` with more bytes than the stream's overflow store holds.
+    #[error("refill longer than the {stored} bytes in the overflow store")]
+    RefillTooLong {
+        /// The bytes the store holds for the stream.
+        stored: u64,
+    },
 }
 
 impl StreamError {
@@ -80,6 +86,7 @@ impl StreamError {
             | StreamError::ContentLengthExceeded { .. }
             | StreamError::ContentLengthShort { .. } => 400,
             StreamError::UnknownStream
+            | StreamError::RefillTooLong { .. }
             | StreamError::AlreadyResponded
             | StreamError::NotResponded
             | StreamError::AlreadyFinished => 500,

@@ -25,12 +25,15 @@ enum State {
     Discarding,
 }
 
-/// One stream's unread incoming body.
+/// One stream's unread incoming body: the chunks held here, and (relay
+/// side) the bytes held in the application's overflow store, which come
+/// back through [`InBody::refill`] before anything held here after them.
 #[derive(Debug)]
 pub(crate) struct InBody {
     queue: VecDeque<Bytes>,
     bytes: usize,
     state: State,
+    spilled: u64,
 }
 
 impl InBody {
@@ -39,7 +42,42 @@ impl InBody {
             queue: VecDeque::new(),
             bytes: 0,
             state: State::Open,
+            spilled: 0,
         }
+    }
+
+    /// Bytes held in the overflow store.
+    pub fn spilled(&self) -> u64 {
+        self.spilled
+    }
+
+    /// Whether data waits for the application, here or in the overflow.
+    pub fn waiting(&self) -> bool {
+        !self.queue.is_empty() || self.spilled > 0
+    }
+
+    /// Records `n` received bytes sent to the overflow store instead of
+    /// being held here; false (nothing recorded) unless the body is open.
+    pub fn spill(&mut self, n: usize) -> bool {
+        if self.state != State::Open {
+            return false;
+        }
+        self.spilled += n as u64;
+        true
+    }
+
+    /// Bytes back from the overflow store, in order: held here again.
+    /// Returns the bytes now held (0 once the body was discarded or failed
+    /// without data).
+    pub fn refill(&mut self, data: Bytes) -> usize {
+        let n = data.len();
+        if self.state == State::Discarding || n == 0 {
+            return 0;
+        }
+        self.spilled = self.spilled.saturating_sub(n as u64);
+        self.bytes += n;
+        self.queue.push_back(data);
+        n
     }
 
     /// Number of unread chunks.
@@ -83,9 +121,11 @@ impl InBody {
         }
     }
 
-    /// The body will not complete; unread data is dropped. Returns the bytes dropped.
+    /// The body will not complete; unread data is dropped (the overflow's
+    /// too). Returns the bytes dropped from here.
     pub fn fail(&mut self) -> usize {
         self.state = State::Gone;
+        self.spilled = 0;
         self.clear()
     }
 
@@ -97,12 +137,13 @@ impl InBody {
         }
     }
 
-    /// The application will not read the rest: drop what is held and what
-    /// arrives later. Returns the bytes dropped.
+    /// The application will not read the rest: drop what is held (and the
+    /// overflow's) and what arrives later. Returns the bytes dropped here.
     pub fn discard(&mut self) -> usize {
         if self.state == State::Open {
             self.state = State::Discarding;
         }
+        self.spilled = 0;
         self.clear()
     }
 
@@ -118,6 +159,10 @@ impl InBody {
         if let Some(b) = self.queue.pop_front() {
             self.bytes -= b.len();
             return BodyRead::Data(b);
+        }
+        if self.spilled > 0 {
+            // The rest waits in the overflow store.
+            return BodyRead::Pending;
         }
         match self.state {
             State::Open => BodyRead::Pending,
@@ -155,6 +200,26 @@ mod tests {
         assert_eq!(b.push(Bytes::from_static(b"late")), 0);
         assert_eq!(b.read(), BodyRead::Data(Bytes::from_static(b"ab")));
         assert_eq!(b.read(), BodyRead::Gone);
+    }
+
+    #[test]
+    fn spilled_bytes_come_back_before_the_end() {
+        let mut b = InBody::new();
+        b.push(Bytes::from_static(b"ab"));
+        assert!(b.spill(3));
+        b.end();
+        assert!(b.waiting());
+        assert_eq!(b.read(), BodyRead::Data(Bytes::from_static(b"ab")));
+        assert_eq!(b.read(), BodyRead::Pending, "the rest is in the overflow");
+        assert_eq!(b.refill(Bytes::from_static(b"cd")), 2);
+        assert_eq!(b.spilled(), 1);
+        assert_eq!(b.read(), BodyRead::Data(Bytes::from_static(b"cd")));
+        assert_eq!(b.read(), BodyRead::Pending);
+        b.refill(Bytes::from_static(b"e"));
+        assert_eq!(b.read(), BodyRead::Data(Bytes::from_static(b"e")));
+        assert_eq!(b.read(), BodyRead::End);
+        assert!(!b.waiting());
+        assert!(!b.spill(1), "nothing spills after the end");
     }
 
     #[test]

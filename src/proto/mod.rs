@@ -10,17 +10,20 @@
 //! chunks, and chunks of different streams go round-robin, one chunk each,
 //! so a small request is answered while a large body is in flight.
 
+mod close;
 mod core;
 mod error;
 mod inbound;
 mod outbound;
 mod relay;
+mod relay_config;
 mod stats;
 mod worker;
 
+pub use close::CloseCause;
 pub use error::{HandleError, StreamError};
 pub use inbound::BodyRead;
-pub use relay::{RelayConfig, RelayConnection, RelayEnd, RelayEvent};
+pub use relay::{OverflowConfig, RelayConfig, RelayConnection, RelayEnd, RelayEvent};
 pub use stats::Stats;
 pub use worker::{WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent, MAX_PENDING_REFUSALS};
 

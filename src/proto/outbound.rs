@@ -223,6 +223,11 @@ impl Outbound {
         }
     }
 
+    /// Whether a message waits to be transmitted.
+    pub fn has_queued(&self) -> bool {
+        !self.control.is_empty() || !self.ready.is_empty()
+    }
+
     /// Forgets every stream and everything queued (the connection is gone).
     pub fn clear(&mut self) {
         self.control.clear();

@@ -1,160 +1,21 @@
 //! The relay side: turns HTTP requests into frames for the worker, and the
-//! worker's frames into responses.
+//! worker's frames into responses. A stream whose caller is slow costs only
+//! itself: its response goes to an overflow store the application provides,
+//! and past a budget or a stall deadline that stream alone is given up.
 
 use super::core::{Core, Input};
 use super::inbound::{BodyRead, InBody};
 use super::outbound::{Outbound, SendAbort};
-use super::{HandleError, Stats, StreamError, StreamKey};
-use crate::connect::{Keepalive, KeepaliveConfig};
+pub use super::relay_config::{OverflowConfig, RelayConfig, RelayEnd, RelayEvent};
+use super::{CloseCause, HandleError, Stats, StreamError, StreamKey};
+use crate::connect::Keepalive;
 use crate::frame::{
-    CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Message, RequestHead, ResponseHead,
-    StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
+    CloseCode, ControlFrame, Decoded, FrameError, Message, RequestHead, ResponseHead, StreamId,
+    MAX_MESSAGE_LEN,
 };
 use bytes::Bytes;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Instant;
-
-/// Bounds of a [`RelayConnection`]. Every queue is finite.
-#[derive(Debug, Clone)]
-pub struct RelayConfig {
-    /// Requests in flight at once on this connection (streams held, counting
-    /// those whose response body is not read yet). Default 1024.
-    pub max_streams: usize,
-    /// Of `max_streams`, how many only the protocol's control routes may
-    /// use (`GET /health` and `POST /v1/executions/{id}/cancel`, see
-    /// [`is_control_route`](super::is_control_route)), so a burst of long
-    /// dispatches cannot lock out a cancel or a health check. Other requests
-    /// are refused past `max_streams - reserved_streams` (never less than 1).
-    /// Default 16.
-    pub reserved_streams: usize,
-    /// Request body bytes queued per stream before its sink is not ready.
-    /// Default 2 MiB.
-    pub max_queued_per_stream: usize,
-    /// Request body bytes queued over all streams. Default 8 MiB.
-    pub max_queued: usize,
-    /// Unread response chunks held per stream before reading pauses. Default 16.
-    pub max_unread_chunks: usize,
-    /// Unread response bytes held over all streams before reading pauses.
-    /// Default 64 MiB.
-    pub max_unread_bytes: usize,
-    /// Largest body chunk emitted. Default and maximum 1 MiB.
-    pub chunk_size: usize,
-    /// Pings and the pong deadline (spec: every 20 s, dead after 20 s without
-    /// a pong). Armed by the first `handle_timeout(now)`. Default: off (the worker pings; the relay's WebSocket library answers).
-    pub keepalive: Option<KeepaliveConfig>,
-    /// Bounds on every request head opened and every response head read.
-    /// A request over them is refused by `open_stream`
-    /// ([`StreamError::HeadOverLimit`]: 431, 414 or 400); a response over
-    /// them fails its stream ([`RelayEnd::ProtocolError`]: 502).
-    pub head_limits: HeadLimits,
-    /// Methods `open_stream` refuses ([`StreamError::MethodNotAllowed`]:
-    /// 405), compared case-insensitively. Default `CONNECT` (a tunnel the
-    /// protocol cannot carry) and `TRACE` (it would echo the caller's
-    /// credentials back through the worker).
-    pub refused_methods: Vec<String>,
-}
-
-impl Default for RelayConfig {
-    fn default() -> Self {
-        RelayConfig {
-            max_streams: 1024,
-            reserved_streams: 16,
-            max_queued_per_stream: 2 << 20,
-            max_queued: 8 << 20,
-            max_unread_chunks: 16,
-            max_unread_bytes: 64 << 20,
-            chunk_size: MAX_CHUNK_BODY,
-            keepalive: None,
-            head_limits: HeadLimits::default(),
-            refused_methods: vec!["CONNECT".into(), "TRACE".into()],
-        }
-    }
-}
-
-impl RelayConfig {
-    /// Whether `open_stream` refuses `method` (see
-    /// [`refused_methods`](Self::refused_methods)); a relay can ask before
-    /// it maps the request (a `CONNECT` has no path to map).
-    pub fn refuses_method(&self, method: &str) -> bool {
-        self.refused_methods
-            .iter()
-            .any(|m| m.eq_ignore_ascii_case(method))
-    }
-}
-
-/// How a relay stream ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RelayEnd {
-    /// The worker's response is complete (`end` received); read the rest of its body.
-    Completed,
-    /// The worker sent `abort`.
-    WorkerAborted,
-    /// The worker broke the protocol on this stream: body or `end` before a
-    /// response, a second response, a response head that is malformed, over
-    /// the [`HeadLimits`], not a final status in 200..=599 (1xx, 101
-    /// included: the protocol has no interim responses) or with an invalid or
-    /// conflicting Content-Length, or a body longer or shorter than its
-    /// Content-Length. The relay sent `abort` unless the worker had ended
-    /// the stream itself. Answer 502 before the response started, end the
-    /// caller's response as failed after.
-    ProtocolError,
-    /// The connection closed or was lost.
-    ConnectionLost,
-}
-
-impl RelayEnd {
-    /// Whether the caller's request failed (every end but `Completed`).
-    pub fn is_failure(self) -> bool {
-        self != RelayEnd::Completed
-    }
-}
-
-impl RelayEvent {
-    /// The stream the event is about.
-    pub fn key(&self) -> StreamKey {
-        match self {
-            RelayEvent::Response { key, .. }
-            | RelayEvent::Readable { key }
-            | RelayEvent::Writable { key }
-            | RelayEvent::Ended { key, .. } => *key,
-        }
-    }
-}
-
-/// What a [`RelayConnection`] tells the application.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RelayEvent {
-    /// The worker's response head.
-    Response {
-        /// The stream.
-        key: StreamKey,
-        /// The head.
-        head: ResponseHead,
-    },
-    /// The response body has data, or its end, to read.
-    Readable {
-        /// The stream.
-        key: StreamKey,
-    },
-    /// The request body sink may take bytes again.
-    Writable {
-        /// The stream.
-        key: StreamKey,
-    },
-    /// The stream ended on the wire; exactly once per stream not aborted by
-    /// the application. Answer 502 if `!response_started && reason.is_failure()`;
-    /// end the caller's response as failed if it started and failed.
-    Ended {
-        /// The stream.
-        key: StreamKey,
-        /// Why.
-        reason: RelayEnd,
-        /// Whether the response head had arrived.
-        response_started: bool,
-    },
-}
 
 #[derive(Debug)]
 struct Stream {
@@ -180,12 +41,24 @@ struct Stream {
     /// before the worker's `end` arrived, with its own request complete too:
     /// wait for that `end` quietly (what is queued of the request still goes).
     orphaned: bool,
+    /// Since when data has waited for the application without a read (or,
+    /// orphaned, the worker's `end` has been awaited).
+    stall_since: Option<Instant>,
+    /// Bytes of this stream waiting in `spills` (not yet in the store).
+    backlog: usize,
+    /// A `Refill` event is outstanding.
+    refill_asked: bool,
 }
 
 impl Stream {
     /// Every byte of the response body has arrived (only `end` may be missing).
     fn response_complete(&self) -> bool {
         self.response_started && (self.bodiless || self.response_length == Some(self.received))
+    }
+
+    /// Bytes in the application's overflow store (handed out by `poll_spill`).
+    fn stored(&self) -> u64 {
+        self.body.spilled() - self.backlog as u64
     }
 }
 
@@ -195,11 +68,27 @@ impl Stream {
 ///   [`handle_timeout`](Self::handle_timeout), and the application's commands
 ///   ([`open_stream`](Self::open_stream), [`send_body`](Self::send_body),
 ///   [`finish`](Self::finish), [`abort`](Self::abort), [`read_body`](Self::read_body),
-///   [`close`](Self::close)).
+///   [`refill`](Self::refill), [`close`](Self::close)).
 /// - Drains: [`poll_transmit`](Self::poll_transmit), [`poll_event`](Self::poll_event),
-///   [`poll_timeout`](Self::poll_timeout).
+///   [`poll_spill`](Self::poll_spill), [`poll_timeout`](Self::poll_timeout).
 /// - Getters: [`wants_read`](Self::wants_read), [`is_closed`](Self::is_closed),
-///   [`send_capacity`](Self::send_capacity), [`stats`](Self::stats).
+///   [`close_cause`](Self::close_cause), [`send_capacity`](Self::send_capacity),
+///   [`stats`](Self::stats).
+///
+/// # Slow callers
+///
+/// The protocol has no per-stream flow control, so the relay decides what a
+/// caller that reads slowly costs the others. Each stream holds at most
+/// `max_unread_chunks` unread chunks in memory. With
+/// [`RelayConfig::overflow`], further chunks go to the application's
+/// overflow store ([`poll_spill`](Self::poll_spill): append them to the
+/// stream's store in order) and come back through
+/// [`RelayEvent::Refill`] / [`refill`](Self::refill) as the caller reads, so
+/// reading the socket never waits for one caller. Without it, reading pauses,
+/// but never for longer than `read_pause_timeout`. Either way a stream whose
+/// application reads nothing for `stall_timeout`, or that outgrows its
+/// overflow budget, is given up alone ([`RelayEnd::CallerStalled`],
+/// [`RelayEnd::OverflowExceeded`]).
 #[derive(Debug)]
 pub struct RelayConnection {
     config: RelayConfig,
@@ -209,7 +98,19 @@ pub struct RelayConnection {
     next_id: StreamId,
     core: Core,
     events: VecDeque<RelayEvent>,
+    /// Unread response bytes held in memory, all streams.
     unread_bytes: usize,
+    /// Streams holding `max_unread_chunks` unread chunks.
+    blocked: usize,
+    /// Chunks for the overflow store, in order.
+    spills: VecDeque<(StreamKey, Bytes)>,
+    spill_backlog: usize,
+    /// Bytes spilled and not refilled yet, all streams.
+    spilled_total: u64,
+    /// Streams with a stall deadline running, by its start.
+    stalls: BTreeSet<(Instant, StreamKey)>,
+    /// Since when reading has been paused.
+    paused_since: Option<Instant>,
 }
 
 impl Default for RelayConnection {
@@ -236,21 +137,31 @@ impl RelayConnection {
             config,
             events: VecDeque::new(),
             unread_bytes: 0,
+            blocked: 0,
+            spills: VecDeque::new(),
+            spill_backlog: 0,
+            spilled_total: 0,
+            stalls: BTreeSet::new(),
+            paused_since: None,
         }
     }
 
     // ----- getters -----
 
     /// Whether the driver may read the next message from the socket: false
-    /// while a response body holds `max_unread_chunks` unread chunks (or all
-    /// hold `max_unread_bytes`), and after the connection closed.
+    /// while a response body holds `max_unread_chunks` unread chunks in
+    /// memory (without an overflow store), or all hold `max_unread_bytes`
+    /// (chunks waiting for the overflow store included), and after the
+    /// connection closed. A pause never outlasts `read_pause_timeout`.
     pub fn wants_read(&self) -> bool {
         !self.core.closed
-            && self.unread_bytes < self.config.max_unread_bytes
-            && self
-                .streams
-                .values()
-                .all(|s| s.body.chunks() < self.config.max_unread_chunks)
+            && self.blocked == 0
+            && self.unread_bytes + self.spill_backlog < self.config.max_unread_bytes
+    }
+
+    /// Why the connection closed (`None` while it is open).
+    pub fn close_cause(&self) -> Option<&CloseCause> {
+        self.core.cause.as_ref()
     }
 
     /// Whether the connection is closed.
@@ -276,9 +187,17 @@ impl RelayConnection {
         self.streams.len()
     }
 
+    /// Response bytes of `key` in the overflow (in the store, or waiting in
+    /// `poll_spill`); 0 for an unknown stream.
+    pub fn spilled(&self, key: StreamKey) -> u64 {
+        self.streams.get(&key).map_or(0, |s| s.body.spilled())
+    }
+
     /// The connection's counters.
     pub fn stats(&self) -> Stats {
-        self.core.stats(self.streams.len(), self.unread_bytes)
+        let mut s = self.core.stats(self.streams.len(), self.unread_bytes);
+        s.overflow_bytes = self.spilled_total;
+        s
     }
 
     /// Bounds in force.
@@ -316,27 +235,56 @@ impl RelayConnection {
                 }
             }
             Input::BadText(..) => {}
-            Input::TooLarge(code) => self.close_with(code, "message too big"),
-            Input::Closed => self.lose(),
+            Input::TooLarge(code) => {
+                self.close_with(code, "message too big", CloseCause::MessageTooBig)
+            }
+            Input::Closed(frame) => self.lose(CloseCause::Peer(frame)),
             Input::Frame(Decoded::Unknown) | Input::BadBinary | Input::Nothing => {}
         }
+        self.track_pause();
         Ok(())
     }
 
     /// The socket is gone: every stream in flight ends with
     /// [`RelayEnd::ConnectionLost`].
     pub fn handle_lost(&mut self) {
-        self.lose();
+        self.lose(CloseCause::Lost);
     }
 
     /// Advances time to `now`: arms the keepalive on the first call, emits a
-    /// ping when one is due (ahead of queued body chunks), and closes the
-    /// connection (1011) when a pong is overdue. Extra calls are harmless.
+    /// ping when one is due (ahead of queued body chunks), closes the
+    /// connection (1011) when the worker is presumed dead, and gives up the
+    /// streams past their stall deadline or holding reading paused past
+    /// `read_pause_timeout`. Extra calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let now = self.core.advance(now);
         let paused = !self.wants_read();
         if self.core.handle_timeout(now, paused) {
-            self.close_with(Keepalive::CLOSE_CODE, Keepalive::CLOSE_REASON);
+            self.close_with(
+                Keepalive::CLOSE_CODE,
+                Keepalive::CLOSE_REASON,
+                CloseCause::KeepaliveTimeout,
+            );
+            return;
         }
+        while let Some(&(since, key)) = self.stalls.first() {
+            match since.checked_add(self.config.stall_timeout) {
+                Some(deadline) if deadline <= now => self.give_up(key, RelayEnd::CallerStalled),
+                _ => break,
+            }
+        }
+        // Those give-ups may have ended the pause.
+        self.track_pause();
+        let pause_over = self
+            .paused_since
+            .and_then(|p| p.checked_add(self.config.read_pause_timeout))
+            .is_some_and(|d| d <= now);
+        if pause_over && !self.core.closed {
+            for key in self.pause_culprits() {
+                self.give_up(key, RelayEnd::CallerStalled);
+            }
+        }
+        self.track_pause();
     }
 
     // ----- application commands -----
@@ -409,6 +357,9 @@ impl RelayConnection {
                 response_length: None,
                 received: 0,
                 orphaned: false,
+                stall_since: None,
+                backlog: 0,
+                refill_asked: false,
             },
         );
         self.core.out.push_stream_message(key, Message::Text(text));
@@ -439,6 +390,12 @@ impl RelayConnection {
         let n = self.core.out.write(key, data);
         if let Some(s) = self.streams.get_mut(&key) {
             s.sent += n as u64;
+            // An application still sending the request is busy with the
+            // stream, not stalled (it reads the response after, as many
+            // HTTP/1 clients do): its deadline restarts.
+            if n > 0 && s.stall_since.is_some() {
+                self.set_stall(key, self.core.now);
+            }
         }
         Ok(n)
     }
@@ -466,7 +423,8 @@ impl RelayConnection {
     }
 
     /// The caller has gone: sends `abort` (if the stream is still in flight)
-    /// and forgets the stream. No event follows for it.
+    /// and forgets the stream, what it buffered and what it spilled (delete
+    /// the stream's overflow store). No event follows for it.
     ///
     /// The two halves of the stream are looked at separately. A response
     /// that has received every byte its Content-Length announced (or a
@@ -475,50 +433,92 @@ impl RelayConnection {
     /// drops the body at that point). If the request is complete too
     /// (`finish` was called), nothing is aborted: what is queued of the
     /// request still goes out, and the worker's `end` is awaited and consumed
-    /// quietly. If the request body is still open, the worker's app would
-    /// wait for the rest of it forever: the stream is aborted.
+    /// quietly, for at most `stall_timeout`. If the request body is still
+    /// open, the worker's app would wait for the rest of it forever: the
+    /// stream is aborted.
     pub fn abort(&mut self, key: StreamKey) {
         self.events.retain(|e| e.key() != key);
-        if let Some(s) = self.streams.get_mut(&key) {
-            if s.on_wire && !s.orphaned && !s.writing && s.response_complete() {
-                s.orphaned = true;
-                let dropped = s.body.discard();
-                self.unread_bytes -= dropped;
-                return;
-            }
+        let orphan = self
+            .streams
+            .get(&key)
+            .is_some_and(|s| s.on_wire && !s.orphaned && !s.writing && s.response_complete());
+        if orphan {
+            self.drop_spills(key);
+            self.body_op(key, InBody::discard);
+            let now = self.core.now;
+            let s = self.streams.get_mut(&key).expect("checked");
+            s.orphaned = true;
+            self.set_stall(key, now);
+            self.track_pause();
+            return;
         }
-        let Some(s) = self.streams.remove(&key) else {
+        let Some(s) = self.remove_stream(key) else {
             return;
         };
-        self.unread_bytes -= s.body.bytes();
         if s.on_wire {
             self.ids.remove(&s.id);
             self.core.out.abort(key, s.id, SendAbort::IfHeadSent);
             self.core.stats.streams_closed += 1;
         }
+        self.track_pause();
     }
 
     /// Reads the next piece of the response body. After `End` or `Gone` the
     /// stream is forgotten.
     pub fn read_body(&mut self, key: StreamKey) -> BodyRead {
-        let Some(s) = self.streams.get_mut(&key) else {
+        let Some(s) = self.streams.get(&key) else {
             return BodyRead::Gone;
         };
-        let r = s.body.read();
+        let on_wire = s.on_wire;
+        let r = self.body_op(key, InBody::read);
         match &r {
-            BodyRead::Data(d) => self.unread_bytes -= d.len(),
-            BodyRead::End | BodyRead::Gone if !s.on_wire => {
-                self.streams.remove(&key);
+            BodyRead::Data(_) => {
+                // The caller took something: its stall deadline restarts.
+                let waiting = self.streams[&key].body.waiting();
+                self.set_stall(key, if waiting { self.core.now } else { None });
+                self.maybe_refill(key);
+            }
+            BodyRead::Pending => self.maybe_refill(key),
+            BodyRead::End | BodyRead::Gone if !on_wire => {
+                self.remove_stream(key);
             }
             _ => {}
         }
+        self.track_pause();
         r
+    }
+
+    /// Hands back the next bytes of `key`'s overflow store, after a
+    /// [`RelayEvent::Refill`]: the oldest bytes not refilled yet, in the
+    /// order [`poll_spill`](Self::poll_spill) gave them. Bytes for a stream
+    /// that has gone, or whose overflow was dropped meanwhile (it was given
+    /// up), are swallowed; more than the store holds is refused.
+    pub fn refill(&mut self, key: StreamKey, data: Bytes) -> Result<(), StreamError> {
+        let Some(s) = self.stream_mut(key)? else {
+            return Ok(());
+        };
+        let stored = s.stored();
+        if data.is_empty() || s.orphaned || stored == 0 {
+            return Ok(());
+        }
+        if data.len() as u64 > stored {
+            return Err(StreamError::RefillTooLong { stored });
+        }
+        s.refill_asked = false;
+        let was_empty = s.body.chunks() == 0;
+        let held = self.body_op(key, |b| b.refill(data));
+        self.core.note_buffered_in(self.unread_bytes);
+        if held > 0 && was_empty {
+            self.events.push_back(RelayEvent::Readable { key });
+        }
+        self.track_pause();
+        Ok(())
     }
 
     /// Closes the connection with `code`; every stream in flight ends with
     /// [`RelayEnd::ConnectionLost`].
     pub fn close(&mut self, code: CloseCode, reason: &str) {
-        self.close_with(code, reason);
+        self.close_with(code, reason, CloseCause::Local(code));
     }
 
     // ----- drains -----
@@ -542,9 +542,37 @@ impl RelayConnection {
         self.events.pop_front()
     }
 
-    /// When `handle_timeout` wants to be called next (`None`: no timer).
+    /// The next chunk to append to its stream's overflow store (only with
+    /// [`RelayConfig::overflow`]). Drain it with the other outputs: chunks
+    /// waiting here count against `max_unread_bytes`.
+    pub fn poll_spill(&mut self) -> Option<(StreamKey, Bytes)> {
+        let (key, data) = self.spills.pop_front()?;
+        self.spill_backlog -= data.len();
+        if let Some(s) = self.streams.get_mut(&key) {
+            s.backlog -= data.len();
+        }
+        self.maybe_refill(key);
+        self.track_pause();
+        Some((key, data))
+    }
+
+    /// When `handle_timeout` wants to be called next (`None`: no timer):
+    /// the keepalive, the earliest stall deadline, the read-pause bound.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.core.poll_timeout()
+        if self.core.closed {
+            return None;
+        }
+        let stall = self
+            .stalls
+            .first()
+            .and_then(|(since, _)| since.checked_add(self.config.stall_timeout));
+        let pause = self
+            .paused_since
+            .and_then(|p| p.checked_add(self.config.read_pause_timeout));
+        [self.core.poll_timeout(), stall, pause]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Test hook: the id the next stream will try first.
@@ -576,14 +604,152 @@ impl RelayConnection {
         Ok(self.streams.get_mut(&key))
     }
 
-    /// Ends a stream on the wire (the worker's end/abort, a protocol error).
+    /// Runs `f` on a stream's body, keeping the connection's tallies (bytes
+    /// held, streams at their chunk bound, bytes spilled) in step.
+    fn body_op<R>(&mut self, key: StreamKey, f: impl FnOnce(&mut InBody) -> R) -> R {
+        let limit = self.config.max_unread_chunks;
+        let b = &mut self.streams.get_mut(&key).expect("a held stream").body;
+        let (bytes, chunks, spilled) = (b.bytes(), b.chunks(), b.spilled());
+        let r = f(b);
+        self.unread_bytes = self.unread_bytes - bytes + b.bytes();
+        self.spilled_total = self.spilled_total - spilled + b.spilled();
+        match (chunks >= limit, b.chunks() >= limit) {
+            (false, true) => self.blocked += 1,
+            (true, false) => self.blocked -= 1,
+            _ => {}
+        }
+        r
+    }
+
+    /// Forgets a stream and everything it holds (memory, spills, deadline).
+    fn remove_stream(&mut self, key: StreamKey) -> Option<Stream> {
+        if !self.streams.contains_key(&key) {
+            return None;
+        }
+        self.drop_spills(key);
+        self.body_op(key, InBody::discard);
+        self.set_stall(key, None);
+        self.streams.remove(&key)
+    }
+
+    /// Drops the stream's chunks still waiting for the overflow store, and
+    /// any refill asked for it (its overflow is about to go).
+    fn drop_spills(&mut self, key: StreamKey) {
+        let Some(s) = self.streams.get_mut(&key) else {
+            return;
+        };
+        if s.refill_asked {
+            s.refill_asked = false;
+            self.events
+                .retain(|e| !matches!(e, RelayEvent::Refill { key: k, .. } if *k == key));
+        }
+        if s.backlog > 0 {
+            self.spills.retain(|(k, _)| *k != key);
+            self.spill_backlog -= s.backlog;
+            s.backlog = 0;
+        }
+    }
+
+    /// Starts, restarts or stops a stream's stall deadline.
+    fn set_stall(&mut self, key: StreamKey, since: Option<Instant>) {
+        let Some(s) = self.streams.get_mut(&key) else {
+            return;
+        };
+        if let Some(old) = s.stall_since.take() {
+            self.stalls.remove(&(old, key));
+        }
+        // A closed connection runs no deadlines: what arrived stays readable.
+        if let Some(t) = since.filter(|_| !self.core.closed) {
+            s.stall_since = Some(t);
+            self.stalls.insert((t, key));
+        }
+    }
+
+    /// Data now waits for the application: start its deadline if none runs.
+    fn note_waiting(&mut self, key: StreamKey) {
+        let Some(s) = self.streams.get(&key) else {
+            return;
+        };
+        if s.stall_since.is_none() && s.body.waiting() {
+            self.set_stall(key, self.core.now);
+        }
+    }
+
+    /// Asks for the stream's next overflow bytes once nothing is held in
+    /// memory for it and the store has some.
+    fn maybe_refill(&mut self, key: StreamKey) {
+        let max = self
+            .config
+            .overflow
+            .map_or(0, |o| o.memory_per_stream.max(1));
+        let Some(s) = self.streams.get_mut(&key) else {
+            return;
+        };
+        if !s.refill_asked && s.body.chunks() == 0 && s.stored() > 0 {
+            s.refill_asked = true;
+            self.events.push_back(RelayEvent::Refill { key, max });
+        }
+    }
+
+    /// Keeps `paused_since` in step with `wants_read()`.
+    fn track_pause(&mut self) {
+        if self.core.closed || self.wants_read() {
+            self.paused_since = None;
+        } else if self.paused_since.is_none() {
+            self.paused_since = self.core.now;
+        }
+    }
+
+    /// The streams that hold reading paused: those at their chunk bound, or
+    /// else the one holding the most memory.
+    fn pause_culprits(&self) -> Vec<StreamKey> {
+        let limit = self.config.max_unread_chunks;
+        let mut keys: Vec<StreamKey> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.body.chunks() >= limit)
+            .map(|(k, _)| *k)
+            .collect();
+        if keys.is_empty() {
+            keys.extend(
+                self.streams
+                    .iter()
+                    .filter(|(_, s)| s.body.bytes() + s.backlog > 0)
+                    .max_by_key(|(k, s)| (s.body.bytes() + s.backlog, std::cmp::Reverse(**k)))
+                    .map(|(k, _)| *k),
+            );
+        }
+        keys.sort();
+        keys
+    }
+
+    /// Gives up a stream whose application did not keep up: `abort` to the
+    /// worker if it is in flight, and everything buffered dropped.
+    fn give_up(&mut self, key: StreamKey, reason: RelayEnd) {
+        self.set_stall(key, None);
+        let Some(s) = self.streams.get(&key) else {
+            return;
+        };
+        if s.on_wire {
+            self.end_on_wire(key, reason, SendAbort::Always);
+        } else {
+            // Ended on the wire already: only the caller's data is dropped,
+            // and its reader told (reads give `Gone`).
+            self.drop_spills(key);
+            self.body_op(key, InBody::fail);
+            self.events.push_back(RelayEvent::Readable { key });
+        }
+    }
+
+    /// Ends a stream on the wire (the worker's end/abort, a protocol error,
+    /// the relay giving up on it).
     fn end_on_wire(&mut self, key: StreamKey, reason: RelayEnd, send_abort: SendAbort) {
         if reason == RelayEnd::ProtocolError {
             self.core.stats.protocol_errors += 1;
         }
         if self.streams[&key].orphaned {
             // The application has let go of it: end it without an event.
-            let s = self.streams.remove(&key).expect("in flight");
+            let s = self.remove_stream(key).expect("in flight");
             self.ids.remove(&s.id);
             self.core.out.abort(key, s.id, send_abort);
             self.core.stats.streams_closed += 1;
@@ -592,17 +758,25 @@ impl RelayConnection {
         let s = self.streams.get_mut(&key).expect("in flight");
         s.on_wire = false;
         s.writing = false;
-        let (id, started) = (s.id, s.response_started);
+        let (id, started, spilled) = (s.id, s.response_started, s.body.spilled() > 0);
         self.ids.remove(&id);
         self.core.out.abort(key, id, send_abort);
         if !reason.is_failure() {
-            s.body.end();
-        } else if started {
+            self.body_op(key, InBody::end);
+        } else if started
+            && !reason.drops_body()
+            && !(reason == RelayEnd::ConnectionLost && spilled)
+        {
             // The caller gets what arrived, then the failure.
-            s.body.fail_after_data();
+            self.body_op(key, InBody::fail_after_data);
+        } else if started {
+            // Nothing more is read: what is buffered goes (a lost connection
+            // cannot hand the overflow back in order either).
+            self.drop_spills(key);
+            self.body_op(key, InBody::fail);
+            self.set_stall(key, None);
         } else {
-            let s = self.streams.remove(&key).expect("in flight");
-            self.unread_bytes -= s.body.bytes();
+            self.remove_stream(key);
         }
         self.core.stats.streams_closed += 1;
         self.events.push_back(RelayEvent::Ended {
@@ -674,33 +848,56 @@ impl RelayConnection {
             self.core.stats.messages_ignored += 1;
             return;
         }
+        let n = data.len();
         if s.response_length
-            .is_some_and(|cl| s.received + data.len() as u64 > cl)
+            .is_some_and(|cl| s.received + n as u64 > cl)
         {
             self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always);
             return;
         }
-        s.received += data.len() as u64;
-        let was_empty = s.body.chunks() == 0;
-        let held = s.body.push(data);
-        self.unread_bytes += held;
-        self.core.note_buffered_in(self.unread_bytes);
-        if held > 0 && was_empty && !s.orphaned {
-            self.events.push_back(RelayEvent::Readable { key });
+        s.received += n as u64;
+        if n == 0 || !s.body.is_reading() {
+            return;
         }
+        let spill = self.config.overflow.filter(|ov| {
+            s.body.spilled() > 0
+                || s.body.chunks() >= self.config.max_unread_chunks
+                || s.body.bytes() + n > ov.memory_per_stream
+                || self.unread_bytes + n > self.config.max_unread_bytes
+        });
+        if let Some(ov) = spill {
+            if s.body.spilled() + n as u64 > ov.max_per_stream
+                || self.spilled_total + n as u64 > ov.max_total
+            {
+                self.end_on_wire(key, RelayEnd::OverflowExceeded, SendAbort::Always);
+                return;
+            }
+            s.backlog += n;
+            self.spill_backlog += n;
+            self.spills.push_back((key, data));
+            self.body_op(key, |b| b.spill(n));
+        } else {
+            let was_empty = s.body.chunks() == 0;
+            let held = self.body_op(key, |b| b.push(data));
+            self.core.note_buffered_in(self.unread_bytes);
+            if held > 0 && was_empty {
+                self.events.push_back(RelayEvent::Readable { key });
+            }
+        }
+        self.note_waiting(key);
     }
 
-    fn close_with(&mut self, code: CloseCode, reason: &str) {
-        self.end_all(Some((code, reason)));
+    fn close_with(&mut self, code: CloseCode, reason: &str, cause: CloseCause) {
+        self.end_all(Some((code, reason)), cause);
     }
 
-    fn lose(&mut self) {
-        self.end_all(None);
+    fn lose(&mut self, cause: CloseCause) {
+        self.end_all(None, cause);
     }
 
     /// The connection is over: every stream in flight ends with `ConnectionLost`.
-    fn end_all(&mut self, close: Option<(CloseCode, &str)>) {
-        if !self.core.mark_closed(close) {
+    fn end_all(&mut self, close: Option<(CloseCode, &str)>, cause: CloseCause) {
+        if !self.core.mark_closed(close, cause) {
             return;
         }
         let mut keys: Vec<StreamKey> = self.ids.values().copied().collect();
@@ -708,6 +905,24 @@ impl RelayConnection {
         for key in keys {
             self.end_on_wire(key, RelayEnd::ConnectionLost, SendAbort::Never);
         }
+        // Data that arrived before the end stays readable, with no deadline;
+        // what is in the overflow cannot come back once the driver stops.
+        let waiting: Vec<StreamKey> = self.stalls.iter().map(|(_, k)| *k).collect();
+        for key in waiting {
+            self.set_stall(key, None);
+        }
+        let spilled: Vec<StreamKey> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.body.spilled() > 0)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in spilled {
+            self.drop_spills(key);
+            self.body_op(key, InBody::fail);
+            self.events.push_back(RelayEvent::Readable { key });
+        }
         self.core.out.clear();
+        self.paused_since = None;
     }
 }

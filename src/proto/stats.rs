@@ -28,4 +28,7 @@ pub struct Stats {
     /// head, a body longer or shorter than its Content-Length, frames out of
     /// order); each is also counted in `streams_closed`.
     pub protocol_errors: u64,
+    /// (Relay) response bytes in the overflow store now, or on their way to
+    /// it (see `RelayConfig::overflow`).
+    pub overflow_bytes: u64,
 }

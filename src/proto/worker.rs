@@ -4,7 +4,7 @@
 use super::core::{Core, Input};
 use super::inbound::{BodyRead, InBody};
 use super::outbound::{Outbound, SendAbort};
-use super::{HandleError, Stats, StreamError, StreamKey};
+use super::{CloseCause, HandleError, Stats, StreamError, StreamKey};
 use crate::connect::{Keepalive, KeepaliveConfig};
 use crate::frame::{
     self, CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Headers, Message, RequestHead,
@@ -210,6 +210,11 @@ impl WorkerConnection {
                 .all(|s| s.body.chunks() < self.config.max_unread_chunks)
     }
 
+    /// Why the connection closed (`None` while it is open).
+    pub fn close_cause(&self) -> Option<&CloseCause> {
+        self.core.cause.as_ref()
+    }
+
     /// Whether the connection is closed (nothing more will be read or sent
     /// once `poll_transmit` has returned the close message).
     pub fn is_closed(&self) -> bool {
@@ -246,8 +251,10 @@ impl WorkerConnection {
             Input::Frame(Decoded::Control(c)) => self.on_control(c),
             Input::Frame(Decoded::Chunk(c)) => self.on_chunk(c.id, c.data),
             Input::BadText(e, known) => self.on_bad_text(&e, known),
-            Input::TooLarge(code) => self.close_with(code, "message too big"),
-            Input::Closed => self.lose(),
+            Input::TooLarge(code) => {
+                self.close_with(code, "message too big", CloseCause::MessageTooBig)
+            }
+            Input::Closed(frame) => self.lose(CloseCause::Peer(frame)),
             Input::Frame(Decoded::Unknown) | Input::BadBinary | Input::Nothing => {}
         }
         Ok(())
@@ -256,7 +263,7 @@ impl WorkerConnection {
     /// The socket is gone (error, EOF or close): every open request is told
     /// its client has gone.
     pub fn handle_lost(&mut self) {
-        self.lose();
+        self.lose(CloseCause::Lost);
     }
 
     /// Advances time to `now`: arms the keepalive on the first call, emits a
@@ -265,7 +272,11 @@ impl WorkerConnection {
     pub fn handle_timeout(&mut self, now: Instant) {
         let paused = !self.wants_read();
         if self.core.handle_timeout(now, paused) {
-            self.close_with(Keepalive::CLOSE_CODE, Keepalive::CLOSE_REASON);
+            self.close_with(
+                Keepalive::CLOSE_CODE,
+                Keepalive::CLOSE_REASON,
+                CloseCause::KeepaliveTimeout,
+            );
         }
     }
 
@@ -427,7 +438,7 @@ impl WorkerConnection {
     /// Closes the connection with `code`: every open request is told its
     /// client has gone and the close message is the last one emitted.
     pub fn close(&mut self, code: CloseCode, reason: &str) {
-        self.close_with(code, reason);
+        self.close_with(code, reason, CloseCause::Local(code));
     }
 
     // ----- drains -----
@@ -659,17 +670,17 @@ impl WorkerConnection {
         self.ended(key, WorkerEnd::ProtocolError);
     }
 
-    fn close_with(&mut self, code: CloseCode, reason: &str) {
-        self.end_all(Some((code, reason)));
+    fn close_with(&mut self, code: CloseCode, reason: &str, cause: CloseCause) {
+        self.end_all(Some((code, reason)), cause);
     }
 
-    fn lose(&mut self) {
-        self.end_all(None);
+    fn lose(&mut self, cause: CloseCause) {
+        self.end_all(None, cause);
     }
 
     /// The connection is over: every open request is told its client has gone.
-    fn end_all(&mut self, close: Option<(CloseCode, &str)>) {
-        if !self.core.mark_closed(close) {
+    fn end_all(&mut self, close: Option<(CloseCode, &str)>, cause: CloseCause) {
+        if !self.core.mark_closed(close, cause) {
             return;
         }
         self.ids.clear();

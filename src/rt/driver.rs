@@ -2,8 +2,8 @@
 //! machine wants to read), and the machine's timer.
 
 use super::timer::{Sleep, Timer};
-use crate::frame::Message;
-use crate::proto::{HandleError, RelayConnection, WorkerConnection};
+use crate::frame::{CloseCode, CloseFrame, Message};
+use crate::proto::{CloseCause, HandleError, RelayConnection, WorkerConnection};
 use futures_core::Stream;
 use futures_sink::Sink;
 use std::pin::Pin;
@@ -19,6 +19,7 @@ pub(crate) trait Machine {
     fn poll_timeout(&self) -> Option<Instant>;
     fn wants_read(&self) -> bool;
     fn is_closed(&self) -> bool;
+    fn close_cause(&self) -> Option<&CloseCause>;
 }
 
 macro_rules! impl_machine {
@@ -45,6 +46,9 @@ macro_rules! impl_machine {
             fn is_closed(&self) -> bool {
                 <$t>::is_closed(self)
             }
+            fn close_cause(&self) -> Option<&CloseCause> {
+                <$t>::close_cause(self)
+            }
         }
     };
 }
@@ -52,13 +56,53 @@ macro_rules! impl_machine {
 impl_machine!(RelayConnection);
 impl_machine!(WorkerConnection);
 
-/// Why a driver stopped.
+/// How a connection ended in good order: a driver's `Ok` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Closed {
+    /// The peer sent a close message (its code and reason, if it gave them).
+    ByPeer(Option<CloseFrame>),
+    /// The peer's side of the socket ended without a close message.
+    Eof,
+    /// This side closed it (`close` on a handle) with this code.
+    Locally(CloseCode),
+}
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Closed::ByPeer(Some(c)) if c.reason.is_empty() => {
+                write!(f, "the peer closed the connection (code {})", c.code.0)
+            }
+            Closed::ByPeer(Some(c)) => write!(
+                f,
+                "the peer closed the connection (code {}: {})",
+                c.code.0, c.reason
+            ),
+            Closed::ByPeer(None) => write!(f, "the peer closed the connection"),
+            Closed::Eof => write!(f, "the peer's side of the socket ended"),
+            Closed::Locally(c) => write!(f, "closed by this side (code {})", c.0),
+        }
+    }
+}
+
+/// Why a driver stopped abnormally.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DriverError<E> {
     /// The socket failed.
     #[error("socket error: {0}")]
     Socket(E),
+    /// The peer answered no ping within the keepalive timeout and took
+    /// nothing we sent in that time: presumed frozen or gone. The transport
+    /// was dropped at once, whatever was waiting to be written.
+    #[error(
+        "keepalive timeout: the peer neither answered a ping nor read for the keepalive timeout"
+    )]
+    KeepaliveTimeout,
+    /// The peer sent a message over 1 MiB + 4 bytes; closed with 1009.
+    #[error("the peer sent a message over 1 MiB + 4 bytes (closed with 1009)")]
+    MessageTooBig,
 }
 
 /// The socket half of a driver, with its sleep.
@@ -79,8 +123,9 @@ pub(crate) enum Pass<E> {
     Progress,
     /// Nothing can move until a waker fires.
     Idle,
-    /// The connection is over and the close has been flushed.
-    Done(Result<(), DriverError<E>>),
+    /// The connection is over and the close has been flushed (or, after a
+    /// keepalive timeout, abandoned).
+    Done(Result<Closed, DriverError<E>>),
 }
 
 impl<S, T, E> Io<S, T>
@@ -139,10 +184,15 @@ where
             }
         }
 
+        // A peer declared dead does not read: nothing more is flushed to it.
+        if m.close_cause().is_some_and(CloseCause::is_abrupt) {
+            self.pending = None;
+            return Pass::Done(Err(DriverError::KeepaliveTimeout));
+        }
         // Closed: once everything (the close message last) is flushed, close the socket.
         if m.is_closed() && self.pending.is_none() {
             return match Pin::new(&mut self.socket).poll_close(cx) {
-                Poll::Ready(_) => Pass::Done(Ok(())),
+                Poll::Ready(_) => Pass::Done(outcome(m.close_cause())),
                 Poll::Pending if progress => Pass::Progress,
                 Poll::Pending => Pass::Idle,
             };
@@ -190,5 +240,16 @@ where
     fn fail<M: Machine>(&mut self, m: &mut M, e: E) -> Pass<E> {
         m.handle_lost();
         Pass::Done(Err(DriverError::Socket(e)))
+    }
+}
+
+/// The driver's result for a connection closed in good order.
+fn outcome<E>(cause: Option<&CloseCause>) -> Result<Closed, DriverError<E>> {
+    match cause {
+        Some(CloseCause::Peer(frame)) => Ok(Closed::ByPeer(frame.clone())),
+        Some(CloseCause::Local(code)) => Ok(Closed::Locally(*code)),
+        Some(CloseCause::KeepaliveTimeout) => Err(DriverError::KeepaliveTimeout),
+        Some(CloseCause::MessageTooBig) => Err(DriverError::MessageTooBig),
+        Some(CloseCause::Lost) | None => Ok(Closed::Eof),
     }
 }

@@ -12,20 +12,71 @@
 //!
 //! Backpressure is end to end: a body sink is not ready while the
 //! connection's queue is full, and the driver stops reading the socket while
-//! a body holds its bound of unread chunks.
+//! a body holds its bound of unread chunks, or, with
+//! [`RelayConfig::overflow`](crate::proto::RelayConfig::overflow), sends a
+//! slow reader's response to an [`Overflow`] store ([`MemoryOverflow`] by
+//! default; temporary files in the examples) so the other streams never wait.
+//! The drivers end with [`Closed`] (who closed, with which code) or a
+//! [`DriverError`] (socket error, keepalive timeout, oversized message); a
+//! peer found dead by the keepalive is dropped at once, even with a write
+//! pending.
+//!
+//! # Sending a request with a body
+//!
+//! Write the body **while** awaiting the response: a worker may answer
+//! while it reads (an echo, an early 401), and its answer needs a reader.
+//! With an overflow the answer waits there (within its budget), and without
+//! one the stream is given up past `read_pause_timeout`
+//! ([`BodyError::Stalled`]), so a sequential write-then-await never hangs;
+//! but only the concurrent form streams in constant memory:
+//!
+//! ```
+//! use bytes::Bytes;
+//! use futures::{SinkExt, Stream, StreamExt, TryStreamExt};
+//! use worker_relay::frame::RequestHead;
+//! use worker_relay::rt::RelayHandle;
+//!
+//! type BoxError = Box<dyn std::error::Error + Send + Sync>;
+//!
+//! /// Forwards one request: the body goes up while the answer comes down.
+//! async fn forward(
+//!     handle: &RelayHandle,
+//!     head: RequestHead,
+//!     mut body: impl Stream<Item = Bytes> + Unpin,
+//! ) -> Result<(u16, Vec<u8>), BoxError> {
+//!     let (mut sink, response) = handle.send_request(head)?;
+//!     let upload = async move {
+//!         while let Some(piece) = body.next().await {
+//!             sink.send(piece).await?;
+//!         }
+//!         sink.close().await // `end`; dropping the sink unclosed aborts
+//!     };
+//!     let download = async move {
+//!         let resp = response.await?;
+//!         let status = resp.head.status();
+//!         let pieces: Vec<Bytes> = resp.body.try_collect().await?;
+//!         Ok::<_, BoxError>((status, pieces.concat()))
+//!     };
+//!     let (up, down) = futures::join!(upload, download);
+//!     up?;
+//!     down
+//! }
+//! ```
 //!
 //! [`Message`]: crate::frame::Message
 
 mod driver;
+mod overflow;
 mod relay;
 mod side;
 mod timer;
 mod worker;
 
-pub use driver::DriverError;
+pub use driver::{Closed, DriverError};
+pub use overflow::{MemoryOverflow, Overflow, OverflowFile};
 pub use relay::{
-    relay, RelayDriver, RelayError, RelayHandle, RequestSink, Response, ResponseBody,
-    ResponseFuture,
+    relay, relay_with_overflow, RelayDriver, RelayError, RelayHandle, RequestSink, Response,
+    ResponseBody, ResponseFuture,
 };
 pub use timer::{Sleep, Timer};
 pub use worker::{
@@ -49,6 +100,15 @@ pub enum BodyError {
     /// the stream was aborted.
     #[error("the request was abandoned before its end")]
     RequestAborted,
+    /// (Relay side) the response was given up because its reader took
+    /// nothing for `RelayConfig::stall_timeout` (or held reading paused past
+    /// `read_pause_timeout`); the worker was sent `abort`.
+    #[error("the response was not read in time and was given up")]
+    Stalled,
+    /// (Relay side) the response outgrew the overflow's bounds, or the
+    /// overflow store failed; the worker was sent `abort`.
+    #[error("the response outgrew its overflow, or the overflow store failed")]
+    Overflow,
     /// The connection was lost.
     #[error("the connection was lost")]
     ConnectionLost,
@@ -66,6 +126,8 @@ impl From<RelayEnd> for BodyError {
         match e {
             RelayEnd::WorkerAborted => BodyError::Aborted,
             RelayEnd::ProtocolError => BodyError::ProtocolError,
+            RelayEnd::CallerStalled => BodyError::Stalled,
+            RelayEnd::OverflowExceeded => BodyError::Overflow,
             _ => BodyError::ConnectionLost,
         }
     }

@@ -1,7 +1,8 @@
 //! The relay side on any executor: send a request, get the response head and
 //! a body stream, or a typed error.
 
-use super::driver::{DriverError, Io};
+use super::driver::{Closed, DriverError, Io};
+use super::overflow::{MemoryOverflow, Overflow, OverflowFile};
 use super::side::{impl_body_sink, lock, poll_driver, Side, SinkCore};
 use super::timer::Timer;
 use super::BodyError;
@@ -73,6 +74,10 @@ struct Slot {
     ended: Option<RelayEnd>,
     /// The request sink was dropped unclosed: the stream was aborted here.
     abandoned: bool,
+    /// The stream's overflow store, made at its first spill.
+    store: Option<Box<dyn OverflowFile>>,
+    /// The overflow store failed: the stream was aborted here.
+    store_failed: bool,
     head_waker: Option<Waker>,
     read_waker: Option<Waker>,
     write_waker: Option<Waker>,
@@ -97,6 +102,50 @@ struct Shared {
     conn: RelayConnection,
     slots: HashMap<StreamKey, Slot>,
     driver: Option<Waker>,
+    overflow: Arc<dyn Overflow>,
+}
+
+impl Shared {
+    /// Appends a spilled chunk to its stream's store (made on first use).
+    fn spill(&mut self, key: StreamKey, data: Bytes) {
+        let Some(slot) = self.slots.get_mut(&key) else {
+            return;
+        };
+        if slot.store.is_none() {
+            slot.store = self.overflow.create().ok();
+        }
+        let ok = match slot.store.as_mut() {
+            Some(store) => store.append(data).is_ok(),
+            None => false,
+        };
+        if !ok {
+            self.store_failed(key);
+        }
+    }
+
+    /// Hands the stream's next stored bytes back to the machine.
+    fn refill(&mut self, key: StreamKey, max: usize) {
+        let Some(slot) = self.slots.get_mut(&key) else {
+            return;
+        };
+        let data = match slot.store.as_mut().map(|s| s.read(max)) {
+            Some(Ok(d)) => d,
+            _ => return self.store_failed(key),
+        };
+        if self.conn.refill(key, data).is_err() {
+            self.store_failed(key);
+        }
+    }
+
+    /// The overflow store failed: the stream cannot be delivered in order.
+    fn store_failed(&mut self, key: StreamKey) {
+        self.conn.abort(key);
+        if let Some(slot) = self.slots.get_mut(&key) {
+            slot.store_failed = true;
+            slot.store = None;
+            slot.wake_all();
+        }
+    }
 }
 
 impl Side for Shared {
@@ -130,31 +179,58 @@ impl Side for Shared {
     }
 
     fn dispatch(&mut self) {
-        while let Some(ev) = self.conn.poll_event() {
-            match ev {
-                RelayEvent::Response { key, head } => {
-                    if let Some(s) = self.slots.get_mut(&key) {
-                        s.head = Some(head);
-                        if let Some(w) = s.head_waker.take() {
-                            w.wake();
-                        }
-                    }
-                }
-                RelayEvent::Readable { key } => {
-                    if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.read_waker.take()) {
+        loop {
+            let mut moved = false;
+            while let Some((key, data)) = self.conn.poll_spill() {
+                moved = true;
+                self.spill(key, data);
+            }
+            while let Some(ev) = self.conn.poll_event() {
+                moved = true;
+                self.on_event(ev);
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn on_event(&mut self, ev: RelayEvent) {
+        match ev {
+            RelayEvent::Refill { key, max } => self.refill(key, max),
+            RelayEvent::Response { key, head } => {
+                if let Some(s) = self.slots.get_mut(&key) {
+                    s.head = Some(head);
+                    if let Some(w) = s.head_waker.take() {
                         w.wake();
                     }
                 }
-                RelayEvent::Writable { key } => {
-                    if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.write_waker.take()) {
+            }
+            RelayEvent::Readable { key } => {
+                let spilled = self.conn.spilled(key);
+                if let Some(s) = self.slots.get_mut(&key) {
+                    if spilled == 0 {
+                        // Nothing of it is in the overflow any more (read
+                        // back, or dropped when the stream was given up):
+                        // free the store now, not when the reader wakes.
+                        s.store = None;
+                    }
+                    if let Some(w) = s.read_waker.take() {
                         w.wake();
                     }
                 }
-                RelayEvent::Ended { key, reason, .. } => {
-                    if let Some(s) = self.slots.get_mut(&key) {
-                        s.ended = Some(reason);
-                        s.wake_all();
-                    }
+            }
+            RelayEvent::Writable { key } => {
+                if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.write_waker.take()) {
+                    w.wake();
+                }
+            }
+            RelayEvent::Ended { key, reason, .. } => {
+                if let Some(s) = self.slots.get_mut(&key) {
+                    s.ended = Some(reason);
+                    s.wake_all();
                 }
             }
         }
@@ -166,7 +242,27 @@ type SharedRef = Arc<Mutex<Shared>>;
 /// Creates the relay side of a connection over `socket` (a WebSocket mapped
 /// to the crate's [`Message`]). Spawn or poll the [`RelayDriver`]; send
 /// requests through the [`RelayHandle`] (cheap to clone).
+///
+/// With [`RelayConfig::overflow`](crate::proto::RelayConfig::overflow) set,
+/// a slow caller's response waits in memory ([`MemoryOverflow`]); give a
+/// store of your own (temporary files) with [`relay_with_overflow`].
 pub fn relay<S, T, E>(socket: S, timer: T, config: RelayConfig) -> (RelayHandle, RelayDriver<S, T>)
+where
+    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
+    T: Timer,
+{
+    relay_with_overflow(socket, timer, config, Arc::new(MemoryOverflow))
+}
+
+/// [`relay`] with `overflow` holding what slow callers have not read yet
+/// (when [`RelayConfig::overflow`](crate::proto::RelayConfig::overflow) is
+/// set; its budgets bound what goes there).
+pub fn relay_with_overflow<S, T, E>(
+    socket: S,
+    timer: T,
+    config: RelayConfig,
+    overflow: Arc<dyn Overflow>,
+) -> (RelayHandle, RelayDriver<S, T>)
 where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
     T: Timer,
@@ -175,6 +271,7 @@ where
         conn: RelayConnection::new(config),
         slots: HashMap::new(),
         driver: None,
+        overflow,
     }));
     (
         RelayHandle {
@@ -198,7 +295,7 @@ where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
     T: Timer + Unpin,
 {
-    type Output = Result<(), DriverError<E>>;
+    type Output = Result<Closed, DriverError<E>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -393,7 +490,17 @@ impl Stream for ResponseBody {
             }
             BodyRead::Gone => {
                 this.done = true;
+                let closed = sh.conn.is_closed();
                 let err = match sh.slots.remove(&key) {
+                    Some(Slot {
+                        store_failed: true, ..
+                    }) => BodyError::Overflow,
+                    // Completed on the wire, then given up: its reader
+                    // took nothing for the stall deadline.
+                    Some(Slot {
+                        ended: Some(RelayEnd::Completed),
+                        ..
+                    }) if !closed => BodyError::Stalled,
                     Some(Slot {
                         ended: Some(end), ..
                     }) => end.into(),

@@ -1,7 +1,7 @@
 //! What the relay and worker drivers share: the driver's poll loop and the
 //! body sink's bookkeeping, over a side's shared state.
 
-use super::driver::{DriverError, Io, Machine, Pass};
+use super::driver::{Closed, DriverError, Io, Machine, Pass};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::Message;
@@ -44,7 +44,7 @@ pub(crate) fn poll_driver<Sh, S, T, E>(
     shared: &Mutex<Sh>,
     io: &mut Io<S, T>,
     cx: &mut Context<'_>,
-) -> Poll<Result<(), DriverError<E>>>
+) -> Poll<Result<Closed, DriverError<E>>>
 where
     Sh: Side,
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,

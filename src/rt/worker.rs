@@ -1,7 +1,7 @@
 //! The worker side on any executor: a stream of incoming requests, each with
 //! its head, a body stream and a responder.
 
-use super::driver::{DriverError, Io};
+use super::driver::{Closed, DriverError, Io};
 use super::side::{impl_body_sink, lock, poll_driver, Side, SinkCore};
 use super::timer::Timer;
 use super::BodyError;
@@ -156,7 +156,7 @@ where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
     T: Timer + Unpin,
 {
-    type Output = Result<(), DriverError<E>>;
+    type Output = Result<Closed, DriverError<E>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();

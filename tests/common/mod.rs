@@ -5,6 +5,8 @@
 //! `wants_read`, and collects events, until nothing moves. Time is virtual.
 #![allow(dead_code)]
 
+pub mod mem;
+
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};

@@ -1,0 +1,62 @@
+//! An in-memory WebSocket made of two bounded channels, and timers from
+//! futures-timer: the async layer with no runtime at all.
+
+use futures::channel::mpsc;
+use futures::{Sink, SinkExt, Stream, StreamExt};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+use worker_relay::frame::Message;
+use worker_relay::rt::{Sleep, Timer};
+
+/// One end of an in-memory WebSocket.
+pub struct MemSocket {
+    pub tx: mpsc::Sender<Message>,
+    pub rx: mpsc::Receiver<Message>,
+}
+
+pub fn socket_pair() -> (MemSocket, MemSocket) {
+    let (a_tx, b_rx) = mpsc::channel(4);
+    let (b_tx, a_rx) = mpsc::channel(4);
+    (
+        MemSocket { tx: a_tx, rx: a_rx },
+        MemSocket { tx: b_tx, rx: b_rx },
+    )
+}
+
+impl Stream for MemSocket {
+    type Item = Result<Message, mpsc::SendError>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_next_unpin(cx).map(|m| m.map(Ok))
+    }
+}
+
+impl Sink<Message> for MemSocket {
+    type Error = mpsc::SendError;
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.tx.poll_ready_unpin(cx)
+    }
+    fn start_send(mut self: Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
+        self.tx.start_send_unpin(item)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.tx.poll_flush_unpin(cx)
+    }
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.tx.poll_close_unpin(cx)
+    }
+}
+
+/// Timers from futures-timer: no runtime needed.
+pub struct FuturesTimer;
+
+impl Timer for FuturesTimer {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+    fn sleep_until(&self, deadline: Instant) -> Sleep {
+        Box::pin(futures_timer::Delay::new(
+            deadline.saturating_duration_since(Instant::now()),
+        ))
+    }
+}
