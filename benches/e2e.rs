@@ -11,6 +11,8 @@
 //! cores) shared by client, relay, worker and direct server; 127.0.0.1 only.
 //! Each iteration opens a new client connection.
 
+#[path = "../examples/common/overflow.rs"]
+mod overflow;
 #[path = "../examples/common/relay_server.rs"]
 mod relay_server;
 mod support;

@@ -12,6 +12,8 @@
 //! Prints p50, p90, p99, mean and max per path, and the relay/direct ratio.
 //! `LATENCY_ROUNDS=N` changes the number of rounds (default 5000).
 
+#[path = "../examples/common/overflow.rs"]
+mod overflow;
 #[path = "../examples/common/relay_server.rs"]
 mod relay_server;
 mod support;

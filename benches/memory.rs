@@ -17,7 +17,17 @@
 //!   slowly by itself; this is the closest).
 //! - `sha256-full-speed`: `POST /w/mem/sha256` (1 GiB) at full speed.
 //!
-//! Target: peak RSS ≤ 64 MiB for each process in each scenario.
+//! - `slow-caller`: `GET /w/mem/bytes?n=100 MiB` read at 100 KB/s for 60 s
+//!   (then at full speed to the end), and the same download by a caller that
+//!   stops reading after the head; meanwhile `GET /health` every 200 ms. The
+//!   baseline is 15 s of the same `/health` loop with nothing else running,
+//!   measured first in the same run. Reported: /health p50/p99/max in both
+//!   phases, the relay's peak RSS and overflow bytes on disk (its unlinked
+//!   temporary files, read from `/proc/<pid>/fd`), and what became of each
+//!   download.
+//!
+//! Target: peak RSS ≤ 64 MiB for each process in each scenario; in
+//! `slow-caller`, /health p99 ≤ 100 ms while the slow and stalled downloads run.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -321,6 +331,142 @@ fn scenario(bin: &Path, name: &str, path: &str, read_bps: Option<u64>) -> Vec<St
     rows
 }
 
+/// One `GET /health` through the relay; how long it took.
+fn health(run: &Running) -> Duration {
+    let t = Instant::now();
+    let (status, _) = request(run, "GET", "/health", 0, None).expect("/health");
+    assert_eq!(status, 200);
+    t.elapsed()
+}
+
+/// `/health` every 200 ms for `d`: the sorted times.
+fn health_loop(run: &Running, d: Duration) -> Vec<Duration> {
+    let mut times = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < d {
+        let took = health(run);
+        times.push(took);
+        std::thread::sleep(Duration::from_millis(200).saturating_sub(took));
+    }
+    times.sort();
+    times
+}
+
+fn pct(times: &[Duration], p: usize) -> Duration {
+    times[(times.len() * p / 100).min(times.len() - 1)]
+}
+
+/// The relay's overflow files open now: their total size.
+fn overflow_bytes(pid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|t| t.to_string_lossy().contains("worker-relay-overflow-"))
+        })
+        .map(|e| std::fs::metadata(e.path()).map_or(0, |m| m.len()))
+        .sum()
+}
+
+/// Starts a GET of `n` bytes; returns the socket after the head was read.
+fn start_download(run: &Running, n: u64) -> BufReader<TcpStream> {
+    let mut s = TcpStream::connect(run.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let head = format!(
+        "GET /w/{WORKER}/bytes?n={n} HTTP/1.1\r\nhost: x\r\nauthorization: {}\r\n\r\n",
+        run.auth
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut r = BufReader::with_capacity(64 << 10, s);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).unwrap();
+        if line.trim_end().is_empty() {
+            return r;
+        }
+    }
+}
+
+fn slow_caller(bin: &Path) -> String {
+    const N: u64 = 100 * MIB;
+    eprintln!("memory: scenario slow-caller (baseline 15 s, then 60 s)");
+    let run = start(bin);
+    let relay_pid = run.relay.0.id();
+    let base = health_loop(&run, Duration::from_secs(15));
+    let stop = Arc::new(AtomicBool::new(false));
+    let max_overflow = Arc::new(AtomicU64::new(0));
+    let sampler = {
+        let (stop, max) = (stop.clone(), max_overflow.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                max.fetch_max(overflow_bytes(relay_pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let mut stalled = start_download(&run, N);
+    let slow = {
+        let mut r = start_download(&run, N);
+        std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut got = 0u64;
+            let mut buf = vec![0u8; 64 << 10];
+            while got < N {
+                let slow = t0.elapsed() < Duration::from_secs(60);
+                let want = if slow { 10_000 } else { buf.len() };
+                match r.read(&mut buf[..want]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => got += k as u64,
+                }
+                if slow {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            got
+        })
+    };
+    let loaded = health_loop(&run, Duration::from_secs(60));
+    // Past its stall deadline the stalled caller has been given up.
+    std::thread::sleep(Duration::from_secs(5));
+    let mut stalled_got = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    while let Ok(k) = stalled.read(&mut buf) {
+        if k == 0 {
+            break;
+        }
+        stalled_got += k as u64;
+    }
+    let slow_got = slow.join().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    let left = overflow_bytes(relay_pid);
+    let hwm = rss_kib(relay_pid).map_or(0, |r| r.1);
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+    format!(
+        "| slow-caller | {} / {} / {} ({} checks) | {} / {} / {} ({} checks) | {:.2}× | {:.1} MiB ({}) | {} MiB peak, {} left | slow caller: {} of {} MiB; stalled: given up after {:.1} MiB |",
+        ms(pct(&base, 50)),
+        ms(pct(&base, 99)),
+        ms(*base.last().unwrap()),
+        base.len(),
+        ms(pct(&loaded, 50)),
+        ms(pct(&loaded, 99)),
+        ms(*loaded.last().unwrap()),
+        loaded.len(),
+        pct(&loaded, 99).as_secs_f64() / pct(&base, 99).as_secs_f64(),
+        hwm as f64 / 1024.0,
+        if hwm <= TARGET_KIB && pct(&loaded, 99) <= Duration::from_millis(100) { "met" } else { "missed" },
+        max_overflow.load(Ordering::Relaxed) / MIB,
+        left,
+        slow_got / MIB,
+        N / MIB,
+        stalled_got as f64 / MIB as f64,
+    )
+}
+
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -351,10 +497,15 @@ fn main() {
         None,
     ));
     rows.extend(scenario(&bin, "sha256-full-speed", "/sha256", None));
+    let slow = slow_caller(&bin);
     println!("\nPeak RSS while 1 GiB is uploaded through the relay (MiB)\n");
     println!("| scenario | process | idle RSS | max sampled RSS | VmHWM (peak) | target | met? | upload took |");
     println!("|---|---|---|---|---|---|---|---|");
     for r in rows {
         println!("{r}");
     }
+    println!("\nA slow and a stalled caller (100 MiB each) while /health is asked every 200 ms\n");
+    println!("| scenario | /health p50 / p99 / max, baseline | the same during the downloads | p99 ratio | relay peak RSS (target ≤ 64 MiB, p99 ≤ 100 ms) | overflow on disk | downloads |");
+    println!("|---|---|---|---|---|---|---|");
+    println!("{slow}");
 }

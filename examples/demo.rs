@@ -7,6 +7,8 @@
 
 #[path = "common/client.rs"]
 mod client;
+#[path = "common/overflow.rs"]
+mod overflow;
 #[path = "common/relay_server.rs"]
 mod relay_server;
 #[path = "common/worker_app.rs"]

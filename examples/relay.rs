@@ -8,6 +8,8 @@
 //! `ws://127.0.0.1:8080/connect`; worker `<id>` is served at
 //! `http://127.0.0.1:8080/w/<id>/…`.
 
+#[path = "common/overflow.rs"]
+mod overflow;
 #[path = "common/relay_server.rs"]
 mod relay_server;
 #[path = "common/ws.rs"]

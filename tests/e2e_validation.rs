@@ -5,6 +5,8 @@
 
 #[path = "../examples/common/client.rs"]
 mod client;
+#[path = "../examples/common/overflow.rs"]
+mod overflow;
 #[path = "../examples/common/relay_server.rs"]
 mod relay_server;
 #[path = "e2e/support.rs"]

@@ -10,6 +10,8 @@
 
 #[path = "../examples/common/client.rs"]
 mod client;
+#[path = "../examples/common/overflow.rs"]
+mod overflow;
 #[path = "../examples/common/relay_server.rs"]
 mod relay_server;
 #[path = "e2e/support.rs"]
@@ -1020,5 +1022,86 @@ fn completed_responses_are_not_aborted() {
         aborts.len(),
         n + 3,
         &aborts[..aborts.len().min(5)]
+    );
+}
+
+/// Issue 14: a caller that stops reading a large response (a cell's 64 MiB
+/// result) costs only its own stream. For 60 s `/health` is asked every
+/// 200 ms and answered; the worker's connection stays up (its 20 s / 20 s
+/// keepalive survives, since the relay never stops reading it: the unread
+/// response goes to the relay's overflow); the stalled stream is given up at
+/// the stall deadline.
+#[test]
+#[ignore = "needs strata-worker: run .ci/interop"]
+fn a_stalled_caller_does_not_cost_the_workers_keepalive() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = Stack::start();
+    let a = auth();
+    let meta = metadata(&build_id("big"), "x = 'a' * (64 << 20)", 120, json!([]));
+    let (body, ctype) = multipart(&[Part {
+        name: "metadata",
+        filename: "metadata.json",
+        content_type: "application/json",
+        data: &meta,
+    }]);
+    let addr = s.addr();
+    let (health, stalled_got) = s.rt.block_on(async {
+        // The stalled caller: sends the request, reads the head, then nothing.
+        let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut head = format!("POST /w/{WORKER}/v1/execute HTTP/1.1\r\nhost: x\r\n");
+        for (n, v) in execute_headers(&a, &ctype) {
+            head.push_str(&format!("{n}: {v}\r\n"));
+        }
+        head.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
+        stalled.write_all(head.as_bytes()).await.unwrap();
+        stalled.write_all(&body).await.unwrap();
+        let mut first = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(60), stalled.read(&mut first))
+            .await
+            .expect("the cell's answer started")
+            .unwrap();
+        assert!(
+            first[..n].starts_with(b"HTTP/1.1 200"),
+            "{}",
+            text(&first[..n])
+        );
+        let mut times = Vec::new();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(60) {
+            let (r, took) = send(addr, "GET", "/health", &[], Bytes::new()).await;
+            assert_eq!(r.status, 200, "health at {:?}", t0.elapsed());
+            times.push(took);
+            tokio::time::sleep(Duration::from_millis(200).saturating_sub(took)).await;
+        }
+        // Past the stall deadline the relay has given the stream up.
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut rest)).await;
+        (times, n + rest.len())
+    });
+    let mut sorted = health.clone();
+    sorted.sort();
+    eprintln!(
+        "interop: 60 s of a stalled 64 MiB download: {} /health answered, p50 {}, p99 {}, max {}; \
+         the stalled caller got {} bytes before it was given up",
+        sorted.len(),
+        ms(sorted[sorted.len() / 2]),
+        ms(sorted[sorted.len() * 99 / 100]),
+        ms(*sorted.last().unwrap()),
+        stalled_got
+    );
+    assert!(sorted.len() >= 200, "{} health checks", sorted.len());
+    assert!(
+        (stalled_got as u64) < 64 << 20,
+        "the stalled caller was not given up"
+    );
+    let logs = s.logs();
+    assert!(
+        !logs.contains("keepalive") && !logs.contains("disconnected"),
+        "the worker's connection must survive: {logs}"
+    );
+    assert_eq!(
+        s.worker.log().matches("Connected to the relay").count(),
+        1,
+        "{logs}"
     );
 }

@@ -1,6 +1,7 @@
 //! The relay: accepts workers on `/connect`, presents each at `/w/<id>/…`.
 #![allow(dead_code)] // shared by several examples and tests, each using a part
 
+use crate::overflow::TempFiles;
 use crate::ws::{ws_config, TokioTimer, WsSocket};
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -19,8 +20,8 @@ use tokio_tungstenite::WebSocketStream;
 use worker_relay::connect::http::{decide_upgrade_http, request_head_from_parts, response_builder};
 use worker_relay::connect::{TokenTable, UrlError, UrlMap};
 use worker_relay::frame::{CloseCode, SUBPROTOCOL};
-use worker_relay::proto::{RelayConfig, StreamError};
-use worker_relay::rt::{self, RelayError, RelayHandle};
+use worker_relay::proto::{OverflowConfig, RelayConfig, StreamError};
+use worker_relay::rt::{self, DriverError, Overflow, RelayError, RelayHandle};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = BoxBody<Bytes, BoxError>;
@@ -67,22 +68,54 @@ pub struct Relay {
     workers: Mutex<HashMap<String, Conn>>,
     generation: AtomicU64,
     config: RelayConfig,
+    overflow: Arc<dyn Overflow>,
+}
+
+/// The example's connection settings: the crate's defaults, with slow
+/// callers' responses overflowing to temporary files (1 MiB in memory per
+/// stream, at most 1 GiB on disk per response and 4 GiB per worker).
+pub fn default_config() -> RelayConfig {
+    RelayConfig {
+        overflow: Some(OverflowConfig::default()),
+        ..RelayConfig::default()
+    }
 }
 
 impl Relay {
     pub fn new(tokens: TokenTable) -> Arc<Relay> {
-        Relay::with_config(tokens, RelayConfig::default())
+        Relay::with_config(tokens, default_config())
     }
 
-    /// A relay whose connections use `config` (bounds, reserve, refused methods).
+    /// A relay whose connections use `config` (bounds, reserve, refused
+    /// methods, overflow), overflowing to temporary files in the system's
+    /// temporary directory.
     pub fn with_config(tokens: TokenTable, config: RelayConfig) -> Arc<Relay> {
+        Relay::with_overflow(
+            tokens,
+            config,
+            Arc::new(TempFiles::new(std::env::temp_dir())),
+        )
+    }
+
+    /// A relay whose slow callers' responses overflow to `overflow`.
+    pub fn with_overflow(
+        tokens: TokenTable,
+        config: RelayConfig,
+        overflow: Arc<dyn Overflow>,
+    ) -> Arc<Relay> {
         Arc::new(Relay {
             tokens,
             urls: UrlMap::default(),
             workers: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(1),
             config,
+            overflow,
         })
+    }
+
+    /// The connection of worker `id`, if it is connected.
+    pub fn handle(&self, id: &str) -> Option<RelayHandle> {
+        Some(self.workers.lock().unwrap().get(id)?.handle.clone())
     }
 
     /// Whether worker `id` is connected now.
@@ -182,7 +215,12 @@ fn accept_worker(relay: Arc<Relay>, req: Request<Incoming>) -> Response<Body> {
             Some(ws_config()),
         )
         .await;
-        let (handle, driver) = rt::relay(WsSocket(ws), TokioTimer, relay2.config.clone());
+        let (handle, driver) = rt::relay_with_overflow(
+            WsSocket(ws),
+            TokioTimer,
+            relay2.config.clone(),
+            relay2.overflow.clone(),
+        );
         let generation = relay2.generation.fetch_add(1, Ordering::Relaxed);
         let old = relay2
             .workers
@@ -206,7 +244,11 @@ fn accept_worker(relay: Arc<Relay>, req: Request<Incoming>) -> Response<Body> {
             }
         }
         match result {
-            Ok(()) => eprintln!("relay: worker {worker} disconnected"),
+            Ok(closed) => eprintln!("relay: worker {worker} disconnected: {closed}"),
+            Err(DriverError::KeepaliveTimeout) => eprintln!(
+                "relay: worker {worker} disconnected: keepalive timeout \
+                 (no pong and nothing read for 20 s: frozen or gone)"
+            ),
             Err(e) => eprintln!("relay: worker {worker} disconnected: {e}"),
         }
     });

@@ -39,7 +39,22 @@ pub async fn run(opts: WorkerOptions) -> i32 {
                 let result = driver.await;
                 app.abort();
                 match result {
-                    Ok(()) => eprintln!("{}: the relay closed the connection", opts.name),
+                    Ok(rt::Closed::ByPeer(frame)) => eprintln!(
+                        "{}: the relay closed the connection{}",
+                        opts.name,
+                        frame.map_or(String::new(), |f| format!(
+                            " (code {}{}{})",
+                            f.code.0,
+                            if f.reason.is_empty() { "" } else { ": " },
+                            f.reason
+                        ))
+                    ),
+                    Ok(other) => eprintln!("{}: {other}", opts.name),
+                    Err(rt::DriverError::KeepaliveTimeout) => eprintln!(
+                        "{}: keepalive timeout: the relay answered no ping and read \
+                         nothing for 20 s (frozen or unreachable); dropped the connection",
+                        opts.name
+                    ),
                     Err(e) => eprintln!("{}: lost the relay: {e}", opts.name),
                 }
                 Verdict::closed()

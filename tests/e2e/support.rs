@@ -147,7 +147,7 @@ pub fn worker_process(port: u16, connect_token: &str) -> Proc {
 
 /// A relay and a worker in this process (the examples' code), on a fresh port.
 pub async fn in_process_stack() -> (SocketAddr, Arc<relay_server::Relay>) {
-    in_process_stack_with(worker_relay::proto::RelayConfig::default()).await
+    in_process_stack_with(relay_server::default_config()).await
 }
 
 /// The tokens of the e2e workers `abc` and `idle`.
