@@ -118,8 +118,8 @@ impl Downloader {
     }
 }
 
-#[test]
-fn a_slow_and_a_stalled_caller_cost_only_themselves() {
+/// The relay and worker examples as processes, the worker connected.
+fn processes() -> (Proc, Proc, SocketAddr) {
     let port = free_port();
     let relay = relay_process(port);
     let worker = worker_process(port, CONNECT_TOKEN);
@@ -128,7 +128,12 @@ fn a_slow_and_a_stalled_caller_cost_only_themselves() {
         "{}",
         worker.log()
     );
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    (relay, worker, SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+#[test]
+fn a_slow_and_a_stalled_caller_cost_only_themselves() {
+    let (relay, worker, addr) = processes();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let relay_pid = relay.child.id();
     rt.block_on(async {
@@ -216,15 +221,7 @@ fn a_slow_and_a_stalled_caller_cost_only_themselves() {
 
 #[test]
 fn a_frozen_worker_fails_its_callers_within_45_s_and_comes_back() {
-    let port = free_port();
-    let relay = relay_process(port);
-    let worker = worker_process(port, CONNECT_TOKEN);
-    assert!(
-        worker.wait_log("connected to", Duration::from_secs(20)),
-        "{}",
-        worker.log()
-    );
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (relay, worker, addr) = processes();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pid = worker.child.id();
     rt.block_on(async {
@@ -281,15 +278,7 @@ fn a_frozen_worker_fails_its_callers_within_45_s_and_comes_back() {
 
 #[test]
 fn a_frozen_relay_is_noticed_by_a_worker_with_a_write_pending() {
-    let port = free_port();
-    let relay = relay_process(port);
-    let worker = worker_process(port, CONNECT_TOKEN);
-    assert!(
-        worker.wait_log("connected to", Duration::from_secs(20)),
-        "{}",
-        worker.log()
-    );
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (relay, worker, addr) = processes();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pid = relay.child.id();
     rt.block_on(async {

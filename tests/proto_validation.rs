@@ -48,6 +48,22 @@ fn worker_events(w: &mut WorkerConnection) -> Vec<WorkerEvent> {
     std::iter::from_fn(|| w.poll_event()).collect()
 }
 
+/// Feeds `head` as request `n` to the worker; the key its app gets.
+fn worker_open(w: &mut WorkerConnection, n: u32, head: RequestHead) -> StreamKey {
+    w.handle_message(
+        ControlFrame::Request { id: id(n), head }.to_message(),
+        now(),
+    )
+    .unwrap();
+    worker_events(w)
+        .iter()
+        .find_map(|e| match e {
+            WorkerEvent::Request { key, .. } => Some(*key),
+            _ => None,
+        })
+        .expect("the request reaches the app")
+}
+
 fn abort(n: u32) -> Decoded {
     Decoded::Control(ControlFrame::Abort { id: id(n) })
 }
@@ -315,23 +331,9 @@ fn head_204_and_304_have_no_body_whatever_their_content_length() {
 fn the_worker_answers_head_204_and_304_without_a_body() {
     for (method, status) in [("HEAD", 200), ("GET", 204), ("GET", 304)] {
         let mut w = WorkerConnection::default();
-        w.handle_message(
-            ControlFrame::Request {
-                id: id(1),
-                head: RequestHead::new(method, "/bytes", "n=1234", Headers::new()).unwrap(),
-            }
-            .to_message(),
-            now(),
-        )
-        .unwrap();
+        let head = RequestHead::new(method, "/bytes", "n=1234", Headers::new()).unwrap();
+        let k = worker_open(&mut w, 1, head);
         w.handle_message(ControlFrame::End { id: id(1) }.to_message(), now())
-            .unwrap();
-        let k = worker_events(&mut w)
-            .iter()
-            .find_map(|e| match e {
-                WorkerEvent::Request { key, .. } => Some(*key),
-                _ => None,
-            })
             .unwrap();
         w.respond(k, head_of(status, &[("content-length", "1234")]))
             .unwrap();
@@ -356,22 +358,7 @@ fn the_worker_answers_head_204_and_304_without_a_body() {
 #[test]
 fn the_worker_refuses_to_send_interim_or_invalid_statuses() {
     let mut w = WorkerConnection::default();
-    w.handle_message(
-        ControlFrame::Request {
-            id: id(1),
-            head: get("/"),
-        }
-        .to_message(),
-        now(),
-    )
-    .unwrap();
-    let k = worker_events(&mut w)
-        .iter()
-        .find_map(|e| match e {
-            WorkerEvent::Request { key, .. } => Some(*key),
-            _ => None,
-        })
-        .unwrap();
+    let k = worker_open(&mut w, 1, get("/"));
     for status in [100, 101, 199, 600, 999] {
         assert_eq!(
             w.respond(k, head_of(status, &[])),
@@ -664,22 +651,7 @@ fn the_worker_answers_requests_over_its_limits_itself() {
 
 fn worker_with_post(len: u64) -> (WorkerConnection, StreamKey) {
     let mut w = WorkerConnection::default();
-    w.handle_message(
-        ControlFrame::Request {
-            id: id(1),
-            head: post("/upload", Some(len as usize)),
-        }
-        .to_message(),
-        now(),
-    )
-    .unwrap();
-    let k = worker_events(&mut w)
-        .iter()
-        .find_map(|e| match e {
-            WorkerEvent::Request { key, .. } => Some(*key),
-            _ => None,
-        })
-        .unwrap();
+    let k = worker_open(&mut w, 1, post("/upload", Some(len as usize)));
     (w, k)
 }
 

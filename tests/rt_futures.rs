@@ -4,7 +4,6 @@
 mod common;
 
 use bytes::Bytes;
-use common::mem::{socket_pair, FuturesTimer};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use futures::{SinkExt, StreamExt};
@@ -66,19 +65,9 @@ async fn serve(mut incoming: rt::Incoming) {
 
 #[test]
 fn echo_and_failures_on_futures_executor() {
-    let (relay_sock, worker_sock) = socket_pair();
-    let (handle, relay_driver) = rt::relay(relay_sock, FuturesTimer, RelayConfig::default());
-    let (incoming, worker_driver) = rt::worker(worker_sock, FuturesTimer, WorkerConfig::default());
     let mut pool = LocalPool::new();
+    let (handle, incoming) = spawn_pair(&pool);
     let sp = pool.spawner();
-    sp.spawn_local(async move {
-        let _ = relay_driver.await;
-    })
-    .unwrap();
-    sp.spawn_local(async move {
-        let _ = worker_driver.await;
-    })
-    .unwrap();
     sp.spawn_local(serve(incoming)).unwrap();
 
     let h = handle.clone();
@@ -142,20 +131,9 @@ fn echo_and_failures_on_futures_executor() {
 /// app reads, everything flows and arrives intact.
 #[test]
 fn a_request_sink_is_not_ready_while_the_worker_app_does_not_read() {
-    let (relay_sock, worker_sock) = socket_pair();
-    let (handle, relay_driver) = rt::relay(relay_sock, FuturesTimer, RelayConfig::default());
-    let (mut incoming, worker_driver) =
-        rt::worker(worker_sock, FuturesTimer, WorkerConfig::default());
     let mut pool = LocalPool::new();
+    let (handle, mut incoming) = spawn_pair(&pool);
     let sp = pool.spawner();
-    sp.spawn_local(async move {
-        let _ = relay_driver.await;
-    })
-    .unwrap();
-    sp.spawn_local(async move {
-        let _ = worker_driver.await;
-    })
-    .unwrap();
 
     const TOTAL: usize = 64 << 20;
     let (mut sink, _resp) = handle.send_request(head("POST", "/slow")).unwrap();
@@ -201,19 +179,7 @@ fn a_request_sink_is_not_ready_while_the_worker_app_does_not_read() {
 }
 
 fn spawn_pair(pool: &LocalPool) -> (rt::RelayHandle, rt::Incoming) {
-    let (relay_sock, worker_sock) = socket_pair();
-    let (handle, relay_driver) = rt::relay(relay_sock, FuturesTimer, RelayConfig::default());
-    let (incoming, worker_driver) = rt::worker(worker_sock, FuturesTimer, WorkerConfig::default());
-    let sp = pool.spawner();
-    sp.spawn_local(async move {
-        let _ = relay_driver.await;
-    })
-    .unwrap();
-    sp.spawn_local(async move {
-        let _ = worker_driver.await;
-    })
-    .unwrap();
-    (handle, incoming)
+    common::mem::spawn_pair(pool, RelayConfig::default(), WorkerConfig::default())
 }
 
 /// Issue 13: an app answering HEAD with the Content-Length of the GET and no

@@ -72,18 +72,7 @@ struct Stack {
 
 fn stack(config: RelayConfig) -> Stack {
     let pool = LocalPool::new();
-    let (relay_sock, worker_sock) = socket_pair();
-    let (handle, relay_driver) = rt::relay(relay_sock, FuturesTimer, config);
-    let (incoming, worker_driver) = rt::worker(worker_sock, FuturesTimer, WorkerConfig::default());
-    let sp = pool.spawner();
-    sp.spawn_local(async move {
-        let _ = relay_driver.await;
-    })
-    .unwrap();
-    sp.spawn_local(async move {
-        let _ = worker_driver.await;
-    })
-    .unwrap();
+    let (handle, incoming) = common::mem::spawn_pair(&pool, config, WorkerConfig::default());
     spawn_app(&pool, incoming);
     Stack { pool, handle }
 }

@@ -60,3 +60,25 @@ impl Timer for FuturesTimer {
         ))
     }
 }
+
+/// A relay and a worker driver over one in-memory socket, spawned on `pool`.
+pub fn spawn_pair(
+    pool: &futures::executor::LocalPool,
+    relay: worker_relay::proto::RelayConfig,
+    worker: worker_relay::proto::WorkerConfig,
+) -> (worker_relay::rt::RelayHandle, worker_relay::rt::Incoming) {
+    use futures::task::LocalSpawnExt;
+    let (relay_sock, worker_sock) = socket_pair();
+    let (handle, relay_driver) = worker_relay::rt::relay(relay_sock, FuturesTimer, relay);
+    let (incoming, worker_driver) = worker_relay::rt::worker(worker_sock, FuturesTimer, worker);
+    let sp = pool.spawner();
+    sp.spawn_local(async move {
+        let _ = relay_driver.await;
+    })
+    .unwrap();
+    sp.spawn_local(async move {
+        let _ = worker_driver.await;
+    })
+    .unwrap();
+    (handle, incoming)
+}
