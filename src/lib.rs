@@ -146,8 +146,4 @@ pub mod frame;
 pub mod proto;
 pub mod rt;
 
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub mod fuzzing;
-
 pub use bytes::Bytes;

@@ -4,10 +4,8 @@
 //! `WORKER_RELAY_FUZZ_TRACE=1` prints every step of the machine harnesses;
 //! `WORKER_RELAY_FUZZ_FILE=<path>` replays that one file through every
 //! target instead (for reading a crash artifact).
-#![cfg(feature = "fuzzing")]
-
 use std::path::{Path, PathBuf};
-use worker_relay::fuzzing;
+use worker_relay_harness as fuzzing; // fuzz/harness: the models of the invariants
 
 fn seeds(target: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))

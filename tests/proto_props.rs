@@ -405,7 +405,7 @@ impl Run {
         p.auto_read_relay = false;
         p.auto_read_worker = false;
         let first_id = c.first_id.and_then(StreamId::new).unwrap_or(StreamId::MIN);
-        p.relay.__set_next_id(first_id);
+        p.relay.set_next_stream_id(first_id);
         let n = c.streams.len();
         let req = (0..n).map(|i| body(i, c.streams[i].req_len)).collect();
         let resp = (0..n).map(|i| body(8 + i, c.streams[i].resp_len)).collect();
@@ -519,7 +519,7 @@ impl Run {
             land = Self::landing(taken, start);
         }
         self.next_id = start;
-        self.p.relay.__set_next_id(start);
+        self.p.relay.set_next_stream_id(start);
         land
     }
 

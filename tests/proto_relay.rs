@@ -56,7 +56,7 @@ fn ids_are_unique_in_flight_and_skip_taken_ones_on_wrap() {
     let c = r.open_stream(get("/c")).unwrap();
     assert_eq!(r.stream_id(c), Some(id(3)));
     // Wrap around: 4294967295, then 1 is free again (ended), 2 and 3 are not.
-    r.__set_next_id(StreamId::MAX);
+    r.set_next_stream_id(StreamId::MAX);
     let d = r.open_stream(get("/d")).unwrap();
     let e = r.open_stream(get("/e")).unwrap();
     let f = r.open_stream(get("/f")).unwrap();
@@ -487,7 +487,7 @@ fn letting_go_of_a_response_complete_by_its_content_length_is_not_an_abort() {
     assert!(drain(&mut r).is_empty(), "no abort for a complete response");
     assert_eq!(r.stream_id(k), None, "the application has let go");
     // The id stays taken until the worker's `end`: the next stream skips it.
-    r.__set_next_id(id(1));
+    r.set_next_stream_id(id(1));
     let k2 = r.open_stream(get("/other")).unwrap();
     assert_eq!(r.stream_id(k2), Some(id(2)));
     r.abort(k2);

@@ -177,11 +177,19 @@ fn relay_abort_drops_the_body_and_swallows_the_later_response() {
         drain(&mut w).is_empty(),
         "nothing is sent for an aborted stream"
     );
-    // A key never handed out is an error, not swallowed.
-    assert_eq!(
-        w.finish(StreamKey::from_raw_for_tests(99)),
-        Err(StreamError::UnknownStream)
-    );
+    // A key never handed out (here, one from another connection) is an
+    // error, not swallowed.
+    let mut other = worker_relay::proto::RelayConnection::default();
+    let foreign = (0..99)
+        .map(|_| {
+            let k = other.open_stream(common::get("/")).unwrap();
+            other.abort(k);
+            k
+        })
+        .last()
+        .unwrap();
+    assert_eq!(foreign.get(), 99);
+    assert_eq!(w.finish(foreign), Err(StreamError::UnknownStream));
 }
 
 #[test]

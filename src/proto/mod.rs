@@ -57,10 +57,4 @@ impl StreamKey {
     pub fn get(self) -> u64 {
         self.0
     }
-
-    /// A key from a raw number, for tests of the "unknown key" path.
-    #[doc(hidden)]
-    pub fn from_raw_for_tests(n: u64) -> StreamKey {
-        StreamKey(n)
-    }
 }

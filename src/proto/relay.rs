@@ -575,9 +575,10 @@ impl RelayConnection {
             .min()
     }
 
-    /// Test hook: the id the next stream will try first.
-    #[doc(hidden)]
-    pub fn __set_next_id(&mut self, id: StreamId) {
+    /// Sets the wire id the next stream tries first (it still skips ids in
+    /// flight, and moves on from there, wrapping at 2³²−1). Ids need not be
+    /// sequential; a relay may start elsewhere than 1, or resume a sequence.
+    pub fn set_next_stream_id(&mut self, id: StreamId) {
         self.next_id = id;
     }
 

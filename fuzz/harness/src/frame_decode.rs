@@ -1,0 +1,137 @@
+//! The `frame_decode` target.
+
+#![allow(unused_imports)]
+use crate::*;
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use worker_relay::connect::{
+    decide_upgrade, Backoff, BackoffConfig, KeepaliveConfig, Rejected, Token, TokenTable, UrlError,
+    UrlMap, Verdict, WorkerId, SEC_WEBSOCKET_PROTOCOL,
+};
+use worker_relay::frame::{
+    self, CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Headers, Message, RequestHead,
+    ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN, SUBPROTOCOL,
+};
+use worker_relay::proto::{
+    is_control_route, BodyRead, HandleError, RelayConfig, RelayConnection, RelayEnd, RelayEvent,
+    StreamError, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
+    MAX_PENDING_REFUSALS,
+};
+
+/// Decodes `data` as a text message and as a binary message, and builds a
+/// frame from it: no panic; every frame that decodes re-encodes and decodes
+/// to the same value; a decoded chunk re-encodes to the same bytes; every
+/// error names a close code (1009 only for a message over the limit).
+pub fn frame_decode(data: &[u8]) {
+    // As a text message.
+    let text = String::from_utf8_lossy(data);
+    let res = frame::decode_text(&text);
+    check_decoded(&res, text.len());
+    if let Ok(d) = &res {
+        if let Some(msg) = d.to_message() {
+            assert_eq!(frame::decode(&msg).expect("a data message").as_ref(), Ok(d));
+        }
+    }
+
+    // As a binary message.
+    let bytes = Bytes::copy_from_slice(data);
+    let res = frame::decode_binary(bytes.clone());
+    check_decoded(&res, bytes.len());
+    match &res {
+        Ok(Decoded::Chunk(ch)) => {
+            assert_eq!(ch.encode(), bytes, "a chunk re-encodes to its bytes");
+            assert_eq!(ch.data.len() + 4, data.len());
+            assert!(ch.data.len() <= MAX_CHUNK_BODY);
+            let msg = Message::Binary(bytes.clone());
+            assert_eq!(frame::decode(&msg), Some(Ok(Decoded::Chunk(ch.clone()))));
+        }
+        Ok(other) => panic!("a binary message decoded to {other:?}"),
+        Err(_) => {}
+    }
+
+    // As the recipe of a frame: encode, decode, compare.
+    let mut c = Cursor::new(data);
+    let id = StreamId::new(c.u32()).unwrap_or(StreamId::MIN);
+    let frame = match c.u8() % 4 {
+        0 => ControlFrame::Request {
+            id,
+            head: gen_request_head(&mut c),
+        },
+        1 => ControlFrame::Response {
+            id,
+            head: gen_response_head(&mut c),
+        },
+        2 => ControlFrame::End { id },
+        _ => ControlFrame::Abort { id },
+    };
+    let enc = frame.encode();
+    assert_eq!(
+        frame::decode_text(&enc),
+        Ok(Decoded::Control(frame.clone())),
+        "{enc}"
+    );
+    let chunk = frame::Chunk {
+        id,
+        data: Bytes::copy_from_slice(c.bytes(usize::MAX)),
+    };
+    assert_eq!(
+        frame::decode_binary(chunk.encode()),
+        Ok(Decoded::Chunk(chunk))
+    );
+}
+
+pub(crate) fn check_decoded(res: &Result<Decoded, FrameError>, len: usize) {
+    match res {
+        Ok(Decoded::Control(c)) => {
+            assert!(len <= MAX_MESSAGE_LEN);
+            let enc = c.encode();
+            assert_eq!(
+                frame::decode_text(&enc),
+                Ok(Decoded::Control(c.clone())),
+                "re-encoded as {enc}"
+            );
+            assert_eq!(c.encode(), enc, "encoding is deterministic");
+            assert_eq!(c.to_message(), Message::Text(enc));
+            let headers = match c {
+                ControlFrame::Request { head, .. } => {
+                    assert!(head.path().starts_with('/'));
+                    assert!(head.target().starts_with(head.path()));
+                    Some(head.headers())
+                }
+                ControlFrame::Response { head, .. } => {
+                    assert!((100..=999).contains(&head.status()));
+                    Some(head.headers())
+                }
+                _ => None,
+            };
+            if let Some(h) = headers {
+                // Every value is Latin-1: `iter_raw` must not panic, and the
+                // bytes decode back to the same text.
+                for ((n, v), (rn, rv)) in h.iter().zip(h.iter_raw()) {
+                    assert_eq!(n.as_bytes(), rn);
+                    assert_eq!(frame::latin1_to_string(&rv), v);
+                    assert!(frame::check_header(n, v, 0).is_ok());
+                }
+                let _ = h.content_length();
+                let kept = h.without_hop_by_hop();
+                assert!(kept.iter().all(|(n, _)| !frame::is_hop_by_hop_name(n)));
+            }
+        }
+        Ok(Decoded::Chunk(_)) | Ok(Decoded::Unknown) => {}
+        Err(e) => {
+            let code = e.close_code();
+            let too_large = matches!(e, FrameError::TooLarge { .. });
+            assert_eq!(code == CloseCode::MESSAGE_TOO_BIG, too_large, "{e:?}");
+            assert_eq!(too_large, len > MAX_MESSAGE_LEN, "{e:?} for {len} bytes");
+            assert!(
+                [1002, 1007, 1009].contains(&code.0),
+                "{e:?} closes with {code:?}"
+            );
+            assert!(!e.kind().is_empty());
+            assert!(!e.to_string().is_empty());
+        }
+    }
+}

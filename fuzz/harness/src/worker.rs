@@ -1,0 +1,989 @@
+//! The `worker_machine` target: a model of the worker's invariants.
+
+#![allow(unused_imports)]
+use crate::*;
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use worker_relay::connect::{
+    decide_upgrade, Backoff, BackoffConfig, KeepaliveConfig, Rejected, Token, TokenTable, UrlError,
+    UrlMap, Verdict, WorkerId, SEC_WEBSOCKET_PROTOCOL,
+};
+use worker_relay::frame::{
+    self, CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Headers, Message, RequestHead,
+    ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN, SUBPROTOCOL,
+};
+use worker_relay::proto::{
+    is_control_route, BodyRead, HandleError, RelayConfig, RelayConnection, RelayEnd, RelayEvent,
+    StreamError, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
+    MAX_PENDING_REFUSALS,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resp {
+    NotStarted,
+    Started,
+    Finished,
+}
+
+/// The application's view of one worker request.
+#[derive(Debug)]
+pub(crate) struct WKey {
+    id: StreamId,
+    ended: Option<WorkerEnd>,
+    body: BodyModel,
+    resp: Resp,
+    head: Option<ResponseHead>,
+    /// `fail` before the response: the worker answers 500 itself.
+    fail_before: bool,
+    /// `fail` (or a short Content-Length) after the response started.
+    failed: bool,
+    cl: Option<u64>,
+    sent: u64,
+    /// Response bytes taken by `send_body` and not on the wire yet.
+    out: VecDeque<Bytes>,
+    wire_opened: bool,
+    /// The request is a HEAD.
+    head_request: bool,
+    /// The request's Content-Length and the body bytes received while read.
+    req_cl: Option<u64>,
+    received: u64,
+    /// The response has no body (HEAD, 204, 304): body bytes are swallowed.
+    bodiless: bool,
+}
+
+/// A response open on the wire (between its `response` and its `end`/`abort`).
+#[derive(Debug)]
+pub(crate) struct WWire {
+    owner: Option<StreamKey>,
+    cl: Option<u64>,
+    sent: u64,
+    /// No body may follow (a response to HEAD, a 204 or 304 of the app).
+    bodiless: bool,
+}
+
+pub(crate) struct WorkerHarness {
+    w: WorkerConnection,
+    /// Where keys this connection never handed out come from.
+    mint: KeyMint,
+    cfg: WorkerConfig,
+    now: Instant,
+    seq: u32,
+    // The relay's view: what it asked for on the wire.
+    alive: BTreeSet<StreamId>,
+    pending: BTreeMap<StreamId, u32>,
+    tainted: BTreeSet<StreamId>,
+    sent_heads: BTreeMap<StreamId, RequestHead>,
+    just_requested: Option<StreamId>,
+    wire: BTreeMap<StreamId, WWire>,
+    // The application's view.
+    keys: BTreeMap<StreamKey, WKey>,
+    live_by_id: BTreeMap<StreamId, StreamKey>,
+    /// The requests not ended yet (what the checks after each step look at).
+    live_keys: BTreeSet<StreamKey>,
+    /// Ids the worker answers itself (400, 503) whose `end` has not gone out.
+    refusals: BTreeSet<StreamId>,
+    /// Ids whose request body broke its Content-Length: an `abort` is due.
+    proto_aborts: BTreeSet<StreamId>,
+    protocol_errors: u64,
+    expect_end: BTreeMap<StreamKey, WorkerEnd>,
+    closed: bool,
+    close_sent: bool,
+    expect_close: Option<u16>,
+    last_ping: Option<Bytes>,
+    bytes_in: u64,
+    bytes_out: u64,
+    requests_seen: u64,
+    ended_seen: u64,
+}
+
+/// Drives a [`WorkerConnection`] with an arbitrary sequence of operations —
+/// messages from the relay (mostly well-formed frames, some garbage, pings,
+/// pongs, closes, oversized messages), application commands (`respond`,
+/// `send_body`, `finish`, `fail`, `read_body`, `discard_body`, `close`),
+/// connection loss, virtual time moving forward and partial drains of
+/// `poll_transmit` — and checks after every step:
+///
+/// - every emitted message is at most 1 MiB + 4 bytes and a valid frame the
+///   worker may send (never a `request` or a pong), nothing after a close;
+/// - a `response` only for a request the relay sent and has not aborted, at
+///   most one per request; no chunk, `end` or `abort` for a stream after its
+///   `end`/`abort` (the worker's or the relay's); chunk bytes are exactly
+///   what the application queued, in order; `end` carries exactly the
+///   Content-Length; the 500/400/503 answers are well-formed;
+/// - unread chunks per request ≤ `max_unread_chunks` (≤ 16), unread bytes as
+///   `stats()` reports them, refusals (400/503) waiting to go out ≤
+///   [`MAX_PENDING_REFUSALS`]; `wants_read()` exactly when no bound is
+///   reached, `ReadPaused` exactly when `wants_read()` was false;
+/// - `read_body` returns exactly the bytes the relay sent, then the right end;
+/// - command results follow the documented rules; `send_body` takes
+///   `min(len, send_capacity)`; queued output within its bounds;
+/// - events: a `Request` per request accepted with its head unchanged, fresh
+///   keys, and `Ended` exactly once per request with the right reason.
+///
+/// At the end the connection is lost and every request must have ended.
+pub fn worker_machine(data: &[u8]) {
+    let mut c = Cursor::new(data);
+    let mut h = WorkerHarness::new(&mut c);
+    let mut steps = 0;
+    while !c.is_empty() && steps < MAX_STEPS {
+        h.step(&mut c);
+        steps += 1;
+    }
+    h.finish();
+}
+
+impl WorkerHarness {
+    fn new(c: &mut Cursor<'_>) -> WorkerHarness {
+        let f = c.u8();
+        let mut cfg = WorkerConfig::default();
+        if f & 1 == 1 {
+            let m = c.u8();
+            cfg.max_streams = 1 + usize::from(m % 8);
+            cfg.reserved_streams = usize::from(m / 8 % 4);
+            cfg.max_unread_chunks = 1 + usize::from(c.u8() % 16);
+            cfg.max_unread_bytes = 1 + usize::from(c.u16());
+            cfg.max_queued_per_stream = usize::from(c.u16());
+            cfg.max_queued = usize::from(c.u16());
+            cfg.chunk_size = usize::from(c.u16() % 2048);
+        }
+        if f & 2 == 2 {
+            cfg.keepalive = gen_keepalive(c, cfg.keepalive);
+        }
+        let now = base_instant();
+        let mut w = WorkerConnection::new(cfg.clone());
+        w.handle_timeout(now);
+        WorkerHarness {
+            w,
+            mint: KeyMint::default(),
+            cfg,
+            now,
+            seq: 0,
+            alive: BTreeSet::new(),
+            pending: BTreeMap::new(),
+            tainted: BTreeSet::new(),
+            sent_heads: BTreeMap::new(),
+            just_requested: None,
+            wire: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            live_by_id: BTreeMap::new(),
+            live_keys: BTreeSet::new(),
+            refusals: BTreeSet::new(),
+            proto_aborts: BTreeSet::new(),
+            protocol_errors: 0,
+            expect_end: BTreeMap::new(),
+            closed: false,
+            close_sent: false,
+            expect_close: None,
+            last_ping: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            requests_seen: 0,
+            ended_seen: 0,
+        }
+    }
+
+    fn chunk_limit(&self) -> usize {
+        self.cfg.chunk_size.clamp(1, MAX_CHUNK_BODY)
+    }
+
+    fn alive_ids(&self) -> Vec<StreamId> {
+        self.alive.iter().copied().collect()
+    }
+
+    /// A key for a command: mostly a live one, sometimes any issued one,
+    /// rarely one never issued.
+    fn pick_key(&mut self, c: &mut Cursor<'_>) -> StreamKey {
+        let b = c.u8();
+        let live = &self.live_keys;
+        if b < 200 && !live.is_empty() {
+            return *live
+                .iter()
+                .nth(usize::from(b) % live.len())
+                .expect("in range");
+        }
+        if b < 250 && !self.keys.is_empty() {
+            let i = usize::from(c.u8()) % self.keys.len();
+            return *self.keys.keys().nth(i).expect("in range");
+        }
+        let next = self.keys.keys().next_back().map_or(1, |k| k.get() + 1);
+        let at_least = next + u64::from(c.u8());
+        self.mint.key(at_least)
+    }
+
+    fn is_unknown(&self, key: StreamKey) -> bool {
+        !self.keys.contains_key(&key)
+    }
+
+    /// The result of a command on a key the application never saw: refused,
+    /// or (for a key the worker used for its own answers) swallowed.
+    fn check_unknown<T: PartialEq + std::fmt::Debug>(
+        key: StreamKey,
+        got: &Result<T, StreamError>,
+        swallowed: T,
+    ) {
+        let refused = got == &Err(StreamError::UnknownStream);
+        assert!(
+            refused || (key.get() != 0 && got == &Ok(swallowed)),
+            "command on unknown key {key:?}: {got:?}"
+        );
+    }
+
+    fn step(&mut self, c: &mut Cursor<'_>) {
+        self.just_requested = None;
+        match c.u8() % 24 {
+            // ----- the relay's frames
+            0..=2 => {
+                let id = self.fresh_id(c);
+                let head = gen_request_head(c);
+                self.feed(ControlFrame::Request { id, head }.to_message());
+            }
+            3..=5 => {
+                let id = gen_id(c, &self.alive_ids());
+                let body = gen_body(c, &mut self.seq);
+                self.feed(Message::Binary(frame::encode_chunk(id, &body)));
+            }
+            6 => {
+                let id = gen_id(c, &self.alive_ids());
+                self.feed(ControlFrame::End { id }.to_message());
+            }
+            7 => {
+                let id = gen_id(c, &self.alive_ids());
+                self.feed(ControlFrame::Abort { id }.to_message());
+            }
+            8 => {
+                let id = gen_id(c, &self.alive_ids());
+                let msg = match c.u8() % 3 {
+                    0 => ControlFrame::Response {
+                        id,
+                        head: gen_response_head(c),
+                    }
+                    .to_message(),
+                    1 => {
+                        // A second request for a stream in flight (a relay bug).
+                        ControlFrame::Request {
+                            id,
+                            head: gen_request_head(c),
+                        }
+                        .to_message()
+                    }
+                    _ => gen_misc_message(c, id, self.last_ping.as_ref()),
+                };
+                self.feed(msg);
+            }
+            // ----- the application
+            9 | 10 => {
+                let key = self.pick_key(c);
+                let head = gen_response_head(c);
+                self.respond(key, head);
+            }
+            11..=13 => {
+                let key = self.pick_key(c);
+                let data = gen_body(c, &mut self.seq);
+                self.send_body(key, data);
+            }
+            14 => {
+                let key = self.pick_key(c);
+                self.finish_cmd(key);
+            }
+            15 => {
+                let key = self.pick_key(c);
+                self.fail(key);
+            }
+            16 | 17 => {
+                let key = self.pick_key(c);
+                for _ in 0..1 + c.u8() % 20 {
+                    self.read(key);
+                }
+            }
+            18 => {
+                let key = self.pick_key(c);
+                self.w.discard_body(key);
+                trace!("worker app: discard_body({key:?})");
+                if let Some(k) = self.keys.get_mut(&key).filter(|k| k.ended.is_none()) {
+                    k.body.discard();
+                }
+            }
+            19 => match c.u8() % 8 {
+                0 => {
+                    let code = c.pick(APP_CLOSE_CODES);
+                    self.w.close(CloseCode(code), "app closes");
+                    trace!("worker app: close({code})");
+                    if !self.closed {
+                        self.expect_close = Some(code);
+                    }
+                }
+                1 => {
+                    trace!("worker: handle_lost");
+                    self.w.handle_lost();
+                }
+                _ => self.advance(c),
+            },
+            20 => self.advance(c),
+            // ----- the socket takes messages
+            _ => {
+                let n = match c.u8() {
+                    0..=127 => 1 + usize::from(c.u8() % 8),
+                    _ => usize::MAX,
+                };
+                self.transmit(n);
+            }
+        }
+        self.after_step();
+    }
+
+    /// An id for a new request: one not in flight (as a relay picks), rarely
+    /// any id.
+    fn fresh_id(&self, c: &mut Cursor<'_>) -> StreamId {
+        let b = c.u8();
+        if b >= 240 {
+            return StreamId::new(c.u32()).unwrap_or(StreamId::MAX);
+        }
+        let mut id = StreamId::new(1 + u32::from(b % 8)).expect("nonzero");
+        for _ in 0..64 {
+            if !self.alive.contains(&id) && !self.tainted.contains(&id) {
+                break;
+            }
+            id = id.next_wrapping();
+        }
+        id
+    }
+
+    fn advance(&mut self, c: &mut Cursor<'_>) {
+        let d = gen_duration(c);
+        if c.u8() % 4 == 0 {
+            if let Some(t) = self.w.poll_timeout() {
+                self.now = self.now.max(t);
+            }
+        }
+        self.now = self.now.checked_add(d).unwrap_or(self.now);
+        let was_closed = self.w.is_closed();
+        trace!("worker: handle_timeout(+{:?})", self.now - base_instant());
+        self.w.handle_timeout(self.now);
+        let t = self.w.poll_timeout();
+        if let Some(t) = t {
+            assert!(
+                t > self.now,
+                "timer at {t:?} not after now after handle_timeout"
+            );
+        }
+        // Extra calls are harmless.
+        self.w.handle_timeout(self.now);
+        assert_eq!(self.w.poll_timeout(), t);
+        if !was_closed && self.w.is_closed() {
+            assert!(
+                self.cfg.keepalive.is_some(),
+                "closed on a timeout without keepalive"
+            );
+            self.expect_close = Some(1011);
+        }
+    }
+
+    /// Feeds one message from the relay and updates the relay's view.
+    fn feed(&mut self, msg: Message) {
+        let was_closed = self.w.is_closed();
+        let wants = self.w.wants_read();
+        let is_data = msg.is_data();
+        let len = msg.len() as u64;
+        let class = classify(&msg, true, &self.cfg.head_limits);
+        trace!("relay -> worker: {} = {class:?}", short(&msg));
+        let fed = msg.clone();
+        let r = self.w.handle_message(msg, self.now);
+        if was_closed {
+            assert_eq!(r, Ok(()), "a closed worker ignores input");
+            return;
+        }
+        if is_data && !wants {
+            assert!(
+                matches!(&r, Err(HandleError::ReadPaused(m)) if m == &fed),
+                "a paused worker hands the message back: {r:?}"
+            );
+            return;
+        }
+        assert_eq!(
+            r,
+            Ok(()),
+            "handle_message refused a message while wants_read"
+        );
+        if is_data {
+            self.bytes_in += len;
+        }
+        match class {
+            Class::TooLarge => {
+                assert!(self.w.is_closed(), "an oversized message must close");
+                self.expect_close = Some(1009);
+            }
+            Class::Close => assert!(self.w.is_closed(), "a close must close"),
+            Class::Request(id, head) => {
+                let live = self.live_keys.len();
+                let refused = match &head {
+                    Err(_) => true,
+                    Ok(h) => {
+                        let limit = if is_control_route(h) {
+                            self.cfg.max_streams
+                        } else {
+                            (self.cfg.max_streams)
+                                .saturating_sub(self.cfg.reserved_streams)
+                                .max(1)
+                        };
+                        h.headers().content_length().is_err() || live >= limit
+                    }
+                };
+                if !self.live_by_id.contains_key(&id)
+                    && !self.refusals.contains(&id)
+                    && !self.proto_aborts.contains(&id)
+                    && refused
+                {
+                    // Answered by the worker itself: 400, 431, 414 or 503.
+                    self.refusals.insert(id);
+                }
+                if self.alive.contains(&id) || self.tainted.contains(&id) {
+                    // The relay reused an id in flight: no promise holds for it.
+                    self.tainted.insert(id);
+                } else {
+                    self.alive.insert(id);
+                    *self.pending.entry(id).or_default() += 1;
+                    if let Ok(head) = head {
+                        self.sent_heads.insert(id, head);
+                    }
+                }
+                self.just_requested = Some(id);
+            }
+            Class::End(id) => {
+                if let Some(&key) = self.live_by_id.get(&id) {
+                    let k = self.keys.get_mut(&key).expect("live key");
+                    let short = k.req_cl.is_some_and(|cl| k.received < cl);
+                    if k.body.state == BState::Open && short {
+                        self.protocol_error(key);
+                    } else {
+                        k.body.end();
+                    }
+                }
+            }
+            Class::Abort(id) => {
+                // The relay's stream is over: nothing more may go out for it,
+                // not even the worker's own 400/503 answer or `abort`.
+                self.refusals.remove(&id);
+                self.proto_aborts.remove(&id);
+                self.alive.remove(&id);
+                self.pending.remove(&id);
+                self.wire.remove(&id);
+                self.sent_heads.remove(&id);
+                if let Some(&k) = self.live_by_id.get(&id) {
+                    self.keys.get_mut(&k).expect("live key").body.fail();
+                    self.expect_end.insert(k, WorkerEnd::ClientAborted);
+                }
+            }
+            Class::Chunk(id, data) => {
+                if let Some(&key) = self.live_by_id.get(&id) {
+                    let k = self.keys.get_mut(&key).expect("live key");
+                    if k.body.state == BState::Open {
+                        k.received += data.len() as u64;
+                        if k.req_cl.is_some_and(|cl| k.received > cl) {
+                            self.protocol_error(key);
+                            return;
+                        }
+                    }
+                    k.body.push(data);
+                }
+            }
+            Class::Response(..) | Class::BadResponse(_) | Class::Other => {}
+        }
+    }
+
+    /// The model of the worker failing a request whose body broke its
+    /// Content-Length: body gone, queued response dropped, `abort` due.
+    fn protocol_error(&mut self, key: StreamKey) {
+        let k = self.keys.get_mut(&key).expect("live key");
+        k.body.fail();
+        k.out.clear();
+        self.proto_aborts.insert(k.id);
+        self.protocol_errors += 1;
+        self.expect_end.insert(key, WorkerEnd::ProtocolError);
+    }
+
+    fn respond(&mut self, key: StreamKey, head: ResponseHead) {
+        let r = self.w.respond(key, head.clone());
+        trace!("worker app: respond({key:?}, {}) = {r:?}", head.status());
+        if self.is_unknown(key) {
+            return Self::check_unknown(key, &r, ());
+        }
+        let k = self.keys.get_mut(&key).expect("known");
+        if k.ended.is_some() {
+            assert_eq!(r, Ok(()), "commands on an ended request are swallowed");
+            return;
+        }
+        if k.resp != Resp::NotStarted {
+            assert_eq!(r, Err(StreamError::AlreadyResponded));
+            return;
+        }
+        let status = head.status();
+        if !(200..=599).contains(&status) {
+            assert_eq!(r, Err(StreamError::InvalidHead(FrameError::InvalidStatus)));
+            return;
+        }
+        match head.headers().content_length() {
+            Err(_) => assert_eq!(r, Err(StreamError::InvalidContentLength)),
+            Ok(cl) => {
+                assert_eq!(r, Ok(()));
+                k.resp = Resp::Started;
+                k.bodiless = k.head_request || status == 204 || status == 304;
+                k.cl = if k.bodiless { None } else { cl };
+                k.head = Some(head);
+            }
+        }
+    }
+
+    fn send_body(&mut self, key: StreamKey, data: Bytes) {
+        let cap = self.w.send_capacity(key);
+        assert!(cap <= self.cfg.max_queued_per_stream.max(1));
+        assert!(cap <= self.cfg.max_queued.max(1));
+        let len = data.len();
+        let r = self.w.send_body(key, data.clone());
+        trace!("worker app: send_body({key:?}, {len} bytes) = {r:?} (capacity {cap})");
+        if self.is_unknown(key) {
+            return Self::check_unknown(key, &r, len);
+        }
+        let k = self.keys.get_mut(&key).expect("known");
+        if k.ended.is_some() {
+            assert_eq!(r, Ok(len));
+            return;
+        }
+        match k.resp {
+            Resp::NotStarted => assert_eq!(r, Err(StreamError::NotResponded)),
+            Resp::Finished => assert_eq!(r, Err(StreamError::AlreadyFinished)),
+            Resp::Started if k.bodiless => assert_eq!(r, Ok(len), "a bodiless body is swallowed"),
+            Resp::Started => match k.cl {
+                Some(limit) if k.sent + len as u64 > limit => {
+                    assert_eq!(r, Err(StreamError::ContentLengthExceeded { limit }))
+                }
+                _ => {
+                    let n = r.expect("send_body on a started response");
+                    assert_eq!(
+                        n,
+                        len.min(cap),
+                        "send_body took {n} of {len}, capacity {cap}"
+                    );
+                    k.sent += n as u64;
+                    if n > 0 {
+                        k.out.push_back(data.slice(..n));
+                    }
+                }
+            },
+        }
+    }
+
+    fn finish_cmd(&mut self, key: StreamKey) {
+        let r = self.w.finish(key);
+        trace!("worker app: finish({key:?}) = {r:?}");
+        if self.is_unknown(key) {
+            return Self::check_unknown(key, &r, ());
+        }
+        let k = self.keys.get_mut(&key).expect("known");
+        if k.ended.is_some() {
+            assert_eq!(r, Ok(()));
+            return;
+        }
+        match k.resp {
+            Resp::NotStarted => assert_eq!(r, Err(StreamError::NotResponded)),
+            Resp::Finished => assert_eq!(r, Err(StreamError::AlreadyFinished)),
+            Resp::Started => {
+                match k.cl.filter(|&cl| k.sent < cl) {
+                    Some(expected) => {
+                        assert_eq!(
+                            r,
+                            Err(StreamError::ContentLengthShort {
+                                expected,
+                                sent: k.sent
+                            })
+                        );
+                        k.failed = true;
+                    }
+                    None => assert_eq!(r, Ok(())),
+                }
+                k.resp = Resp::Finished;
+                k.body.discard();
+            }
+        }
+    }
+
+    fn fail(&mut self, key: StreamKey) {
+        let r = self.w.fail(key);
+        trace!("worker app: fail({key:?}) = {r:?}");
+        if self.is_unknown(key) {
+            return Self::check_unknown(key, &r, ());
+        }
+        assert_eq!(r, Ok(()));
+        let k = self.keys.get_mut(&key).expect("known");
+        if k.ended.is_some() {
+            return;
+        }
+        match k.resp {
+            Resp::Finished => {}
+            Resp::NotStarted => {
+                k.resp = Resp::Finished;
+                k.fail_before = true;
+                k.body.discard();
+            }
+            Resp::Started => {
+                k.resp = Resp::Finished;
+                k.failed = true;
+                k.body.discard();
+            }
+        }
+    }
+
+    fn read(&mut self, key: StreamKey) {
+        let got = self.w.read_body(key);
+        trace!("worker app: read_body({key:?}) = {}", short_read(&got));
+        match self.keys.get_mut(&key) {
+            Some(k) if k.ended.is_none() => k.body.read(&got, "worker"),
+            _ => assert_eq!(got, BodyRead::Gone, "read_body of a request not open"),
+        }
+    }
+
+    fn transmit(&mut self, n: usize) {
+        for _ in 0..n {
+            let Some(m) = self.w.poll_transmit() else {
+                return;
+            };
+            self.on_emit(m);
+        }
+    }
+
+    /// Checks one message the worker emitted.
+    fn on_emit(&mut self, m: Message) {
+        trace!("worker emits {}", short(&m));
+        assert!(!self.close_sent, "worker emitted {m:?} after its close");
+        assert!(
+            m.len() <= MAX_MESSAGE_LEN,
+            "worker emitted {} bytes",
+            m.len()
+        );
+        if let Some((code, reason)) = close_code_of(&m) {
+            assert!(self.w.is_closed(), "close emitted by an open worker");
+            assert_eq!(Some(code), self.expect_close, "worker closed with {code}");
+            assert!(reason <= 123, "close reason of {reason} bytes");
+            self.close_sent = true;
+            return;
+        }
+        assert!(!self.w.is_closed(), "worker emitted {m:?} while closed");
+        self.bytes_out += m.len() as u64;
+        let d = match &m {
+            Message::Close(None) => panic!("worker closed without a code"),
+            Message::Ping(p) => {
+                assert!(self.cfg.keepalive.is_some(), "ping without keepalive");
+                self.last_ping = Some(p.clone());
+                return;
+            }
+            Message::Pong(_) => panic!("worker emitted a pong"),
+            _ => frame::decode(&m)
+                .expect("data message")
+                .unwrap_or_else(|e| panic!("worker emitted an invalid frame {m:?}: {e}")),
+        };
+        match d {
+            Decoded::Control(ControlFrame::Response { id, head }) => {
+                if self.tainted.contains(&id) {
+                    return;
+                }
+                assert!(
+                    !self.wire.contains_key(&id),
+                    "second response for id {id} while open"
+                );
+                let p = self.pending.entry(id).or_default();
+                assert!(
+                    *p > 0,
+                    "response for id {id}, which the relay did not request or has aborted"
+                );
+                *p -= 1;
+                let owner = self.live_by_id.get(&id).copied().filter(|k| {
+                    let k = &self.keys[k];
+                    k.resp != Resp::NotStarted && !k.wire_opened
+                });
+                let mut bodiless = false;
+                match owner {
+                    Some(key) => {
+                        let k = self.keys.get_mut(&key).expect("live");
+                        k.wire_opened = true;
+                        if k.fail_before {
+                            assert_eq!(head.status(), 500, "a failed request answers 500");
+                        } else {
+                            assert_eq!(Some(&head), k.head.as_ref(), "response head changed");
+                            bodiless = k.bodiless;
+                        }
+                    }
+                    None => {
+                        let s = head.status();
+                        assert!(
+                            [400, 414, 431, 503].contains(&s),
+                            "response {s} for id {id} nobody gave"
+                        );
+                        if s == 503 {
+                            assert_eq!(head.headers().get("retry-after"), Some("1"));
+                        }
+                    }
+                }
+                let cl = head
+                    .headers()
+                    .content_length()
+                    .expect("valid content-length")
+                    .filter(|_| !bodiless);
+                self.wire.insert(
+                    id,
+                    WWire {
+                        owner,
+                        cl,
+                        sent: 0,
+                        bodiless,
+                    },
+                );
+            }
+            Decoded::Chunk(ch) => {
+                let id = ch.id;
+                if self.tainted.contains(&id) {
+                    return;
+                }
+                let chunk_limit = self.chunk_limit();
+                let ww = self.wire.get_mut(&id).unwrap_or_else(|| {
+                    panic!("worker chunk for id {id}, not open (after its end or abort?)")
+                });
+                assert!(!ch.data.is_empty(), "worker emitted an empty chunk");
+                assert!(ch.data.len() <= MAX_CHUNK_BODY);
+                assert!(!ww.bodiless, "a body for a response that has none");
+                ww.sent += ch.data.len() as u64;
+                if let Some(cl) = ww.cl {
+                    assert!(ww.sent <= cl, "body longer than its Content-Length {cl}");
+                }
+                if let Some(key) = ww.owner {
+                    let k = self.keys.get_mut(&key).expect("owner");
+                    if k.fail_before {
+                        assert_eq!(&ch.data[..], b"Internal Server Error");
+                    } else {
+                        assert!(ch.data.len() <= chunk_limit, "chunk over chunk_size");
+                        assert!(
+                            consume(&mut k.out, &ch.data),
+                            "response bytes on the wire differ from what the app sent"
+                        );
+                    }
+                }
+            }
+            Decoded::Control(ControlFrame::End { id }) => {
+                // An id has a stream or a pending refusal, never both: this
+                // `end` completes the refusal if there is one.
+                let refusal = self.refusals.remove(&id);
+                if self.tainted.contains(&id) {
+                    return;
+                }
+                let ww = self.wire.remove(&id).unwrap_or_else(|| {
+                    panic!("worker end for id {id}, not open (after its end or abort?)")
+                });
+                if let Some(cl) = ww.cl {
+                    assert_eq!(ww.sent, cl, "end after {} of {cl} bytes", ww.sent);
+                }
+                assert_eq!(refusal, ww.owner.is_none(), "end of a refusal not pending");
+                self.alive.remove(&id);
+                self.sent_heads.remove(&id);
+                if let Some(key) = ww.owner {
+                    let k = &self.keys[&key];
+                    assert_eq!(k.resp, Resp::Finished, "end before the app finished");
+                    assert!(!k.failed, "end for a failed response");
+                    assert!(k.out.is_empty() || k.fail_before, "end before the body");
+                    self.expect_end.insert(key, WorkerEnd::Completed);
+                }
+            }
+            Decoded::Control(ControlFrame::Abort { id }) => {
+                let proto = self.proto_aborts.remove(&id);
+                if self.tainted.contains(&id) {
+                    return;
+                }
+                if proto {
+                    // The relay broke the body's Content-Length: the stream
+                    // is over, response or not.
+                    self.wire.remove(&id);
+                    self.alive.remove(&id);
+                    self.pending.remove(&id);
+                    self.sent_heads.remove(&id);
+                    return;
+                }
+                let ww = self.wire.remove(&id).unwrap_or_else(|| {
+                    panic!("worker abort for id {id}, not open (after its end or abort?)")
+                });
+                self.alive.remove(&id);
+                self.sent_heads.remove(&id);
+                let key = ww.owner.expect("the worker aborts only its own responses");
+                assert!(
+                    self.keys[&key].failed,
+                    "abort for a response that did not fail"
+                );
+                self.expect_end.insert(key, WorkerEnd::Failed);
+            }
+            other => panic!("worker emitted {other:?}"),
+        }
+    }
+
+    fn after_step(&mut self) {
+        if self.w.is_closed() && !self.closed {
+            self.closed = true;
+            self.refusals.clear();
+            self.proto_aborts.clear();
+            for key in &self.live_keys {
+                self.expect_end.insert(*key, WorkerEnd::ConnectionLost);
+            }
+        }
+        while let Some(e) = self.w.poll_event() {
+            self.on_event(e);
+        }
+        self.check();
+    }
+
+    fn on_event(&mut self, e: WorkerEvent) {
+        trace!("worker event {e:?}");
+        match e {
+            WorkerEvent::Request { key, id, head } => {
+                assert!(!self.keys.contains_key(&key), "key {key:?} reused");
+                assert!(
+                    self.keys.keys().next_back().map_or(true, |k| *k < key),
+                    "keys must increase"
+                );
+                assert_eq!(
+                    Some(id),
+                    self.just_requested,
+                    "Request event without a request"
+                );
+                if !self.tainted.contains(&id) {
+                    assert_eq!(
+                        self.sent_heads.get(&id),
+                        Some(&head),
+                        "the request head changed on its way"
+                    );
+                }
+                assert!(
+                    self.live_by_id.insert(id, key).is_none(),
+                    "two requests open under id {id}"
+                );
+                self.requests_seen += 1;
+                self.live_keys.insert(key);
+                self.keys.insert(
+                    key,
+                    WKey {
+                        id,
+                        ended: None,
+                        body: BodyModel::new(),
+                        resp: Resp::NotStarted,
+                        head: None,
+                        fail_before: false,
+                        failed: false,
+                        cl: None,
+                        sent: 0,
+                        out: VecDeque::new(),
+                        wire_opened: false,
+                        head_request: head.method() == "HEAD",
+                        req_cl: head.headers().content_length().expect("accepted requests"),
+                        received: 0,
+                        bodiless: false,
+                    },
+                );
+            }
+            WorkerEvent::Readable { key } | WorkerEvent::Writable { key } => {
+                let k = self.keys.get(&key).expect("event for an unknown key");
+                assert!(k.ended.is_none(), "{e:?} after Ended");
+            }
+            WorkerEvent::Ended { key, reason } => {
+                let k = self.keys.get_mut(&key).expect("Ended for an unknown key");
+                assert!(k.ended.is_none(), "request ended twice");
+                k.ended = Some(reason);
+                k.body.clear();
+                self.live_keys.remove(&key);
+                let id = k.id;
+                self.ended_seen += 1;
+                let want = self.expect_end.remove(&key);
+                if !self.tainted.contains(&id) {
+                    assert_eq!(want, Some(reason), "request {key:?} (id {id}) ended");
+                }
+                if self.live_by_id.get(&id) == Some(&key) {
+                    self.live_by_id.remove(&id);
+                }
+            }
+            other => panic!("an event this model does not know: {other:?}"),
+        }
+    }
+
+    fn check(&mut self) {
+        // Ends of requests under a reused id are not predicted exactly.
+        let (tainted, keys) = (&self.tainted, &self.keys);
+        self.expect_end
+            .retain(|k, _| !tainted.contains(&keys[k].id));
+        assert!(
+            self.expect_end.is_empty(),
+            "missing Ended: {:?}",
+            self.expect_end
+        );
+        let s = self.w.stats();
+        let mut held_bytes = 0u64;
+        let mut live = 0u64;
+        let mut paused = false;
+        for k in self.live_keys.iter().map(|key| &self.keys[key]) {
+            live += 1;
+            held_bytes += k.body.bytes as u64;
+            let chunks = k.body.held.len();
+            assert!(
+                chunks <= self.cfg.max_unread_chunks && chunks <= 16,
+                "{chunks} unread chunks held (bound {})",
+                self.cfg.max_unread_chunks
+            );
+            paused |= chunks >= self.cfg.max_unread_chunks;
+        }
+        assert_eq!(s.body_buffered_in, held_bytes, "unread bytes");
+        assert!(s.body_buffered_in < (self.cfg.max_unread_bytes + MAX_CHUNK_BODY) as u64);
+        paused |= held_bytes >= self.cfg.max_unread_bytes as u64;
+        let pending = self.refusals.len() + self.proto_aborts.len();
+        paused |= pending >= MAX_PENDING_REFUSALS;
+        assert!(pending <= MAX_PENDING_REFUSALS, "refusals pile up");
+        assert_eq!(self.w.wants_read(), !self.closed && !paused, "wants_read");
+        assert_eq!(s.streams_open, live, "streams open");
+        assert_eq!(s.streams_opened, self.requests_seen);
+        assert_eq!(s.streams_closed, self.ended_seen);
+        assert_eq!(s.protocol_errors, self.protocol_errors, "protocol errors");
+        assert_eq!(s.bytes_in, self.bytes_in);
+        assert_eq!(s.bytes_out, self.bytes_out);
+        assert!(s.body_queued_out <= self.cfg.max_queued.max(1) as u64);
+        assert!(s.body_queued_out_max <= self.cfg.max_queued.max(1) as u64);
+        assert!(s.body_buffered_in_max >= s.body_buffered_in);
+        if self.closed {
+            assert_eq!(live, 0);
+            assert_eq!(self.w.poll_timeout(), None);
+        }
+    }
+
+    fn finish(mut self) {
+        // The socket takes everything: every finished or failed response
+        // goes out completely.
+        self.transmit(usize::MAX);
+        self.after_step();
+        if !self.closed {
+            for (key, k) in &self.keys {
+                if self.tainted.contains(&k.id) {
+                    continue;
+                }
+                if k.ended.is_none() && k.resp == Resp::Started {
+                    assert!(k.out.is_empty(), "{key:?}: queued body not sent");
+                }
+                assert!(
+                    k.ended.is_some() || k.resp != Resp::Finished,
+                    "{key:?}: finished but its end never went out"
+                );
+            }
+        }
+        // Then the connection goes: every request ends, nothing more goes out.
+        self.w.handle_lost();
+        self.transmit(usize::MAX);
+        self.after_step();
+        assert!(self.w.poll_transmit().is_none());
+        for (key, k) in &self.keys {
+            assert!(k.ended.is_some(), "{key:?} never ended");
+        }
+        assert_eq!(self.w.stats().streams_open, 0);
+    }
+}
