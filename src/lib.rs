@@ -9,9 +9,10 @@
 //!
 //! - [`frame`]: the wire format, one message at a time, no connection state.
 //! - [`proto`]: the sans-IO state machines, [`RelayConnection`](proto::RelayConnection)
-//!   and [`WorkerConnection`](proto::WorkerConnection).
+//!   and [`WorkerConnection`](proto::WorkerConnection), with the keepalive
+//!   they embed. It uses only `frame`.
 //! - [`connect`]: sans-IO pieces around a connection: handshake, reconnect
-//!   backoff, keepalive, URL mapping.
+//!   backoff, URL mapping (and the keepalive, re-exported).
 //!
 //! ## The run loop
 //!

@@ -14,9 +14,9 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{json, Map, Value};
 use worker_relay::frame::{
-    self, encode_chunk, is_hop_by_hop_name, latin1_to_string, split_body, string_to_latin1, Chunk,
-    ControlFrame, Decoded, FrameError, HeaderError, Headers, Message, RequestHead, ResponseHead,
-    StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
+    self, encode_chunk, is_hop_by_hop_name, split_body, Chunk, ControlFrame, Decoded, FrameError,
+    HeaderError, Headers, Message, RequestHead, ResponseHead, StreamId, MAX_CHUNK_BODY,
+    MAX_MESSAGE_LEN,
 };
 
 // ------------------------------------------------------------------ strategies
@@ -753,24 +753,6 @@ proptest! {
         prop_assert_eq!(kept.without_hop_by_hop(), kept);
     }
 
-    #[test]
-    fn latin1_round_trips(bytes in vec(any::<u8>(), 0..200)) {
-        let s = latin1_to_string(&bytes);
-        prop_assert_eq!(s.chars().count(), bytes.len());
-        prop_assert!(s.chars().all(|c| u32::from(c) <= 0xff));
-        prop_assert_eq!(string_to_latin1(&s), Some(bytes.clone()));
-
-        let value: Vec<u8> = bytes.iter().copied().filter(|b| !matches!(b, b'\r' | b'\n' | 0)).collect();
-        let h = Headers::try_from_raw([(&b"x-raw"[..], &value[..])]).unwrap();
-        let back: Vec<(Vec<u8>, Vec<u8>)> = h.iter_raw().map(|(n, v)| (n.to_vec(), v)).collect();
-        prop_assert_eq!(back, vec![(b"x-raw".to_vec(), value)]);
-    }
-
-    #[test]
-    fn string_to_latin1_refuses_wider_chars(s in any::<String>()) {
-        let wide = s.chars().any(|c| u32::from(c) > 0xff);
-        prop_assert_eq!(string_to_latin1(&s).is_none(), wide);
-    }
 }
 
 proptest! {

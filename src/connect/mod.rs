@@ -1,4 +1,6 @@
-//! Sans-IO pieces around a connection: handshake, reconnect backoff, keepalive, URL mapping.
+//! Sans-IO pieces around a connection: handshake, reconnect backoff, URL
+//! mapping, and the keepalive (re-exported from [`proto`](crate::proto),
+//! where the machines embed it).
 //!
 //! Each piece is a plain value with no I/O, no clock and no randomness
 //! inside: time comes in as a [`std::time::Instant`], randomness as a number
@@ -11,7 +13,7 @@
 //! | [`decide_upgrade`], [`TokenTable`], [`Accepted`], [`Rejected`] | relay | 101 naming the worker, 400 or 401, from the upgrade request's headers |
 //! | [`Token`] | both | the connect token; never shown by `Debug` or `Display`, compared in constant time |
 //! | [`Backoff`] | worker | how long to wait before reconnecting: 1 s doubling to 60 s, with jitter |
-//! | [`Keepalive`] | worker | a ping every 20 s; dead if no pong within 20 s |
+//! | [`Keepalive`] | both | a ping every 20 s; dead if no pong within 20 s (defined in `proto`) |
 //! | [`UrlMap`], [`Route`], [`WorkerId`] | relay | `/w/<id>/<path>?<query>` → worker, path and query |
 //! | `connect::http` (feature `http`) | both | conversions to and from the `http` crate's request and response types |
 //!
@@ -29,7 +31,7 @@
 //! offered, 401 if the bearer token is missing, malformed or unknown, and
 //! otherwise 101 selecting the subprotocol, naming the worker the token
 //! belongs to. [`TokenTable::lookup`] compares the presented token against
-//! every entry with [`constant_time_eq`], without an early exit.
+//! every entry in constant time, without an early exit.
 //!
 //! # Backoff and keepalive
 //!
@@ -195,15 +197,16 @@ mod handshake;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
-mod keepalive;
 mod token;
 mod url;
 
+/// The keepalive lives with the state machines that embed it; here for the
+/// worker's connect loop.
+pub use crate::proto::{Keepalive, KeepaliveConfig};
 pub use backoff::{Backoff, BackoffConfig};
 pub use handshake::{
     decide_upgrade, Accepted, Refused, Rejected, RequestHeaders, RetryReason, Verdict,
     WorkerHandshake, AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL, WWW_AUTHENTICATE,
 };
-pub use keepalive::{Keepalive, KeepaliveConfig};
-pub use token::{constant_time_eq, Token, TokenError, TokenTable, TokenTableError, REDACTED};
+pub use token::{Token, TokenError, TokenTable, TokenTableError, REDACTED};
 pub use url::{Route, UrlError, UrlMap, WorkerId, WorkerIdError};

@@ -103,7 +103,7 @@ pub enum TokenError {
 ///
 /// An empty secret equals only an empty input (tokens are never empty, so the
 /// relay never takes that branch).
-pub fn constant_time_eq(presented: &[u8], secret: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(presented: &[u8], secret: &[u8]) -> bool {
     if secret.is_empty() {
         return presented.is_empty();
     }
@@ -351,5 +351,18 @@ mod tests {
         assert!(s.contains("abc") && !s.contains("s3cret"), "{s}");
         let e = TokenTableError::DuplicateToken { worker: id("abc") };
         assert!(!format!("{e} {e:?}").contains("s3cret"));
+    }
+
+    mod props {
+        use super::super::constant_time_eq;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn constant_time_eq_is_eq(a in prop::collection::vec(any::<u8>(), 0..24), b in prop::collection::vec(any::<u8>(), 0..24)) {
+                prop_assert_eq!(constant_time_eq(&a, &b), a == b);
+                prop_assert!(constant_time_eq(&a, &a));
+            }
+        }
     }
 }

@@ -67,12 +67,12 @@ pub fn check_header(name: &str, value: &str, index: usize) -> Result<(), HeaderE
 }
 
 /// Decodes raw header bytes as Latin-1: each byte becomes the char of the same value.
-pub fn latin1_to_string(bytes: &[u8]) -> String {
+pub(crate) fn latin1_to_string(bytes: &[u8]) -> String {
     bytes.iter().map(|&b| char::from(b)).collect()
 }
 
 /// Encodes a Latin-1 string back to bytes, or `None` if a char is above U+00FF.
-pub fn string_to_latin1(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn string_to_latin1(s: &str) -> Option<Vec<u8>> {
     s.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect()
 }
 
@@ -373,5 +373,32 @@ mod tests {
             h(&[("content-length", "99999999999999999999999")]).content_length(),
             bad
         );
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+
+        proptest! {
+        #[test]
+        fn latin1_round_trips(bytes in vec(any::<u8>(), 0..200)) {
+            let s = latin1_to_string(&bytes);
+            prop_assert_eq!(s.chars().count(), bytes.len());
+            prop_assert!(s.chars().all(|c| u32::from(c) <= 0xff));
+            prop_assert_eq!(string_to_latin1(&s), Some(bytes.clone()));
+
+            let value: Vec<u8> = bytes.iter().copied().filter(|b| !matches!(b, b'\r' | b'\n' | 0)).collect();
+            let h = Headers::try_from_raw([(&b"x-raw"[..], &value[..])]).unwrap();
+            let back: Vec<(Vec<u8>, Vec<u8>)> = h.iter_raw().map(|(n, v)| (n.to_vec(), v)).collect();
+            prop_assert_eq!(back, vec![(b"x-raw".to_vec(), value)]);
+        }
+
+        #[test]
+        fn string_to_latin1_refuses_wider_chars(s in any::<String>()) {
+            let wide = s.chars().any(|c| u32::from(c) > 0xff);
+            prop_assert_eq!(string_to_latin1(&s).is_none(), wide);
+        }
+            }
     }
 }

@@ -23,10 +23,8 @@ pub(crate) use control::decode_control_limited;
 pub use control::{ControlFrame, RequestHead, ResponseHead};
 pub use error::{FrameError, HeaderError, IdError};
 pub use head_limits::{HeadLimitError, HeadLimits};
-pub use headers::{
-    check_header, is_hop_by_hop_name, is_token, latin1_to_string, string_to_latin1, Headers,
-    HOP_BY_HOP,
-};
+pub use headers::{check_header, is_hop_by_hop_name, is_token, Headers, HOP_BY_HOP};
+pub(crate) use headers::{latin1_to_string, string_to_latin1};
 pub use id::StreamId;
 pub use limits::{CHUNK_HEADER_LEN, MAX_CHUNK_BODY, MAX_MESSAGE_LEN, SUBPROTOCOL};
 pub use message::{CloseCode, CloseFrame, Message};

@@ -3,7 +3,7 @@
 
 use super::outbound::{Outbound, Sent};
 use super::{CloseCause, HandleError, Stats};
-use crate::connect::{Keepalive, KeepaliveConfig};
+use super::{Keepalive, KeepaliveConfig};
 use crate::frame::{
     self, CloseCode, CloseFrame, Decoded, FrameError, HeadLimits, Message, StreamId,
 };

@@ -7,8 +7,8 @@ use super::core::{Core, Input};
 use super::inbound::{BodyRead, InBody};
 use super::outbound::{Outbound, SendAbort};
 pub use super::relay_config::{OverflowConfig, RelayConfig, RelayEnd, RelayEvent};
+use super::Keepalive;
 use super::{CloseCause, HandleError, Stats, StreamError, StreamKey};
-use crate::connect::Keepalive;
 use crate::frame::{
     CloseCode, ControlFrame, Decoded, FrameError, Message, RequestHead, ResponseHead, StreamId,
     MAX_MESSAGE_LEN,

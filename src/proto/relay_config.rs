@@ -1,7 +1,7 @@
 //! The relay machine's configuration, events and stream ends.
 
+use super::KeepaliveConfig;
 use super::StreamKey;
-use crate::connect::KeepaliveConfig;
 use crate::frame::{HeadLimits, ResponseHead, MAX_CHUNK_BODY};
 use std::time::Duration;
 

@@ -5,7 +5,7 @@ use super::core::{Core, Input};
 use super::inbound::{BodyRead, InBody};
 use super::outbound::{Outbound, SendAbort};
 use super::{CloseCause, HandleError, Stats, StreamError, StreamKey};
-use crate::connect::{Keepalive, KeepaliveConfig};
+use super::{Keepalive, KeepaliveConfig};
 use crate::frame::{
     self, CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Headers, Message, RequestHead,
     ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,

@@ -58,7 +58,7 @@ struct Outstanding {
 ///
 /// ```
 /// use std::time::{Duration, Instant};
-/// use worker_relay::connect::{Keepalive, KeepaliveConfig};
+/// use worker_relay::proto::{Keepalive, KeepaliveConfig};
 /// use worker_relay::frame::Message;
 ///
 /// let t0 = Instant::now(); // the caller's clock, read outside the core
