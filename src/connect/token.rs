@@ -13,7 +13,7 @@ pub const REDACTED: &str = "<redacted>";
 ///
 /// Neither `Debug` nor `Display` shows the secret (both print
 /// [`REDACTED`]); read it with [`Token::expose_secret`] only where it goes on
-/// the wire. Equality takes constant time (see [`constant_time_eq`]).
+/// the wire. Equality takes constant time.
 ///
 /// A token is non-empty visible ASCII (`0x21..=0x7E`), so
 /// `Authorization: Bearer <token>` is always a valid header value and the
@@ -54,7 +54,7 @@ impl Token {
     }
 
     /// Whether `presented` is this token, in time that depends only on
-    /// `presented.len()` (see [`constant_time_eq`]).
+    /// `presented.len()`.
     pub fn matches(&self, presented: &[u8]) -> bool {
         constant_time_eq(presented, self.0.as_bytes())
     }
@@ -188,7 +188,7 @@ impl TokenTable {
 
     /// The worker whose token is `presented`, if any.
     ///
-    /// Compares against every entry with [`constant_time_eq`] and selects the
+    /// Compares against every entry with a constant-time comparison and selects the
     /// match with a mask rather than a branch, so the time taken depends on the
     /// number of entries and the presented length, not on which entry (if any)
     /// matches.
