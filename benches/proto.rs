@@ -105,7 +105,7 @@ fn drain_worker(w: &mut WorkerConnection, key: StreamKey) -> (u64, bool) {
             BodyRead::Pending => return (n, false),
             BodyRead::End => return (n, true),
             // A late `Readable` for a body already read to its end.
-            BodyRead::Gone => return (n, false),
+            _ => return (n, false),
         }
     }
 }
@@ -117,7 +117,7 @@ fn drain_relay(r: &mut RelayConnection, key: StreamKey) -> (u64, bool) {
             BodyRead::Data(d) => n += black_box(d).len() as u64,
             BodyRead::Pending => return (n, false),
             BodyRead::End => return (n, true),
-            BodyRead::Gone => return (n, false),
+            _ => return (n, false),
         }
     }
 }

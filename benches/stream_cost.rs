@@ -58,11 +58,13 @@ fn head() -> RequestHead {
 
 fn relay_bytes(n: usize) -> isize {
     let before = live();
-    let mut r = RelayConnection::new(RelayConfig {
-        max_streams: n + 1,
-        reserved_streams: 0,
-        ..RelayConfig::default()
-    });
+    let mut r = RelayConnection::new(
+        RelayConfig::builder()
+            .max_streams(n + 1)
+            .reserved_streams(0)
+            .build()
+            .unwrap(),
+    );
     for _ in 0..n {
         let k = r.open_stream(head()).unwrap();
         r.finish(k).unwrap();
@@ -76,11 +78,13 @@ fn relay_bytes(n: usize) -> isize {
 
 fn worker_bytes(n: usize) -> isize {
     let before = live();
-    let mut w = WorkerConnection::new(WorkerConfig {
-        max_streams: n + 1,
-        reserved_streams: 0,
-        ..WorkerConfig::default()
-    });
+    let mut w = WorkerConnection::new(
+        WorkerConfig::builder()
+            .max_streams(n + 1)
+            .reserved_streams(0)
+            .build()
+            .unwrap(),
+    );
     let now = Instant::now();
     for i in 0..n {
         let id = StreamId::new(i as u32 + 1).unwrap();

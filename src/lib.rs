@@ -102,7 +102,7 @@
 //!                 match relay.read_body(key) {
 //!                     BodyRead::Data(d) => answer.extend_from_slice(&d),
 //!                     BodyRead::End => { done = true; break }
-//!                     BodyRead::Pending | BodyRead::Gone => break,
+//!                     _ => break, // Pending (more later) or Gone
 //!                 }
 //!             },
 //!             _ => {}

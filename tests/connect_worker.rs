@@ -89,6 +89,7 @@ fn run(script: &[Attempt], randomness: &mut impl FnMut() -> f64) -> (Vec<Event>,
                 events.push(Event::Exit(1, why.to_string()));
                 break;
             }
+            _ => unreachable!("a variant this test does not know"),
         }
         let delay = backoff.current_delay();
         let wait = backoff.next_wait(randomness());

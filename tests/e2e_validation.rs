@@ -333,11 +333,11 @@ async fn odd_requests_are_refused_by_the_relay() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_routes_are_answered_while_the_worker_is_full() {
     bounded(async {
-        let config = RelayConfig {
-            max_streams: 8,
-            reserved_streams: 2,
-            ..RelayConfig::default()
-        };
+        let config = RelayConfig::builder()
+            .max_streams(8)
+            .reserved_streams(2)
+            .build()
+            .unwrap();
         let (addr, relay) = in_process_stack_with(config).await;
         let a = auth();
         let mut sleepers = Vec::new();

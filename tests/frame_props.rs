@@ -151,6 +151,7 @@ fn check_any_outcome(r: &Result<Decoded, FrameError>) -> Result<(), TestCaseErro
             prop_assert!(!e.kind().is_empty());
             prop_assert!(!e.to_string().is_empty());
         }
+        _ => unreachable!("a variant this test does not know"),
     }
     Ok(())
 }

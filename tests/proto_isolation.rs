@@ -47,11 +47,13 @@ impl Relay {
         ov.memory_per_stream = memory_per_stream;
         ov.max_per_stream = max_per_stream;
         ov.max_total = max_total;
-        Relay::new(RelayConfig {
-            overflow: Some(ov),
-            keepalive: None,
-            ..RelayConfig::default()
-        })
+        Relay::new(
+            RelayConfig::builder()
+                .overflow(Some(ov))
+                .keepalive(None)
+                .build()
+                .unwrap(),
+        )
     }
 
     /// Opens a GET, answered 200 by the worker: returns (key, wire id).
@@ -294,10 +296,7 @@ fn data_of_a_completed_response_left_unread_is_dropped_at_the_deadline() {
 
 #[test]
 fn without_overflow_a_pause_never_outlasts_its_bound() {
-    let mut t = Relay::new(RelayConfig {
-        keepalive: None,
-        ..RelayConfig::default()
-    });
+    let mut t = Relay::new(RelayConfig::builder().keepalive(None).build().unwrap());
     let (k, wid) = t.open();
     let (other, wother) = t.open();
     for _ in 0..16 {
@@ -328,10 +327,7 @@ fn without_overflow_a_pause_never_outlasts_its_bound() {
 
 #[test]
 fn an_orphan_waits_for_the_workers_end_no_longer_than_the_deadline() {
-    let mut t = Relay::new(RelayConfig {
-        keepalive: None,
-        ..RelayConfig::default()
-    });
+    let mut t = Relay::new(RelayConfig::builder().keepalive(None).build().unwrap());
     let k = t.r.open_stream(get("/x")).unwrap();
     t.r.finish(k).unwrap();
     let wid = t.r.stream_id(k).unwrap();
@@ -441,12 +437,7 @@ mod overflow_props {
         fn spill_and_refill_keep_every_stream_whole(ops in proptest::collection::vec(op(), 1..200)) {
             let mut ov = OverflowConfig::default();
             ov.memory_per_stream = 2000;
-            let mut r = RelayConnection::new(RelayConfig {
-                overflow: Some(ov),
-                keepalive: None,
-                max_unread_bytes: 1 << 20,
-                ..RelayConfig::default()
-            });
+            let mut r = RelayConnection::new(RelayConfig::builder().overflow(Some(ov)).keepalive(None).max_unread_bytes(1 << 20).build().unwrap());
             let now = Instant::now();
             r.handle_timeout(now);
             let mut keys = Vec::new();
@@ -494,6 +485,7 @@ mod overflow_props {
                                 BodyRead::End => { done[s] = true; break; }
                                 BodyRead::Pending => break,
                                 BodyRead::Gone => prop_assert!(false, "stream {s} gone"),
+                                _ => unreachable!("a variant this test does not know"),
                             }
                         }
                     }
@@ -549,6 +541,7 @@ mod overflow_props {
                             BodyRead::End => { done[s] = true; progressed = true; }
                             BodyRead::Pending => break,
                             BodyRead::Gone => prop_assert!(false, "stream {s} gone"),
+                            _ => unreachable!("a variant this test does not know"),
                         }
                     }
                 }

@@ -127,7 +127,7 @@ fn echo_round_trip_and_counters() {
     assert_eq!(ws.bytes_out, rs.bytes_in);
     assert!(rs.bytes_out > body.len() as u64);
     assert!(ws.body_buffered_in_max > 0 && ws.body_buffered_in_max <= 16 << 20);
-    assert!(rs.body_queued_out_max <= p.relay.config().max_queued as u64);
+    assert!(rs.body_queued_out_max <= p.relay.config().max_queued() as u64);
     assert_eq!((rs.body_buffered_in, ws.body_buffered_in), (0, 0));
 }
 

@@ -376,29 +376,32 @@ fn stream_of(path: &str) -> usize {
 
 impl Run {
     fn new(c: Case) -> Run {
-        let relay = RelayConnection::new(RelayConfig {
-            max_streams: c.relay_max_streams,
-            max_queued_per_stream: c.relay_sizes.per_stream,
-            max_queued: c.relay_sizes.queued,
-            max_unread_chunks: UNREAD_CHUNKS,
-            max_unread_bytes: c.unread_bytes,
-            chunk_size: c.relay_sizes.chunk,
-            // No virtual clock runs here: keepalive has tests of its own.
-            keepalive: None,
-            reserved_streams: 0,
-            ..RelayConfig::default()
-        });
-        let worker = WorkerConnection::new(WorkerConfig {
-            max_streams: c.worker_max_streams,
-            max_unread_chunks: UNREAD_CHUNKS,
-            max_unread_bytes: c.unread_bytes,
-            max_queued_per_stream: c.worker_sizes.per_stream,
-            max_queued: c.worker_sizes.queued,
-            chunk_size: c.worker_sizes.chunk,
-            keepalive: None,
-            reserved_streams: 0,
-            ..WorkerConfig::default()
-        });
+        let relay = RelayConnection::new(
+            RelayConfig::builder()
+                .max_streams(c.relay_max_streams)
+                .max_queued_per_stream(c.relay_sizes.per_stream)
+                .max_queued(c.relay_sizes.queued)
+                .max_unread_chunks(UNREAD_CHUNKS)
+                .max_unread_bytes(c.unread_bytes)
+                .chunk_size(c.relay_sizes.chunk)
+                .keepalive(None)
+                .reserved_streams(0)
+                .build()
+                .unwrap(),
+        );
+        let worker = WorkerConnection::new(
+            WorkerConfig::builder()
+                .max_streams(c.worker_max_streams)
+                .max_unread_chunks(UNREAD_CHUNKS)
+                .max_unread_bytes(c.unread_bytes)
+                .max_queued_per_stream(c.worker_sizes.per_stream)
+                .max_queued(c.worker_sizes.queued)
+                .chunk_size(c.worker_sizes.chunk)
+                .keepalive(None)
+                .reserved_streams(0)
+                .build()
+                .unwrap(),
+        );
         let mut p = Pair::new(relay, worker);
         p.window = c.window;
         p.record = true;
@@ -722,6 +725,7 @@ impl Run {
                     got = true;
                     break;
                 }
+                _ => unreachable!("a variant this test does not know"),
             }
         }
         got
@@ -774,6 +778,7 @@ impl Run {
                     got = true;
                     break;
                 }
+                _ => unreachable!("a variant this test does not know"),
             }
         }
         got
@@ -1603,12 +1608,14 @@ proptest! {
 fn fail_before_response_sends_the_whole_500_body_even_when_the_queue_is_full() {
     let mut p = Pair::new(
         RelayConnection::default(),
-        WorkerConnection::new(WorkerConfig {
-            max_queued: 256 * KIB,
-            max_queued_per_stream: 256 * KIB,
-            keepalive: None,
-            ..Default::default()
-        }),
+        WorkerConnection::new(
+            WorkerConfig::builder()
+                .max_queued(256 * KIB)
+                .max_queued_per_stream(256 * KIB)
+                .keepalive(None)
+                .build()
+                .unwrap(),
+        ),
     );
     p.auto_read_worker = false;
     let big = p.relay.open_stream(common::get("/big")).unwrap();
@@ -1641,11 +1648,13 @@ fn fail_before_response_sends_the_whole_500_body_even_when_the_queue_is_full() {
 /// `send_body`'s docs say to, hangs although `send_capacity` is > 0.
 #[test]
 fn relay_writable_follows_room_freed_by_a_stream_that_ended() {
-    let mut r = RelayConnection::new(RelayConfig {
-        max_queued: 1000,
-        max_queued_per_stream: 1000,
-        ..Default::default()
-    });
+    let mut r = RelayConnection::new(
+        RelayConfig::builder()
+            .max_queued(1000)
+            .max_queued_per_stream(1000)
+            .build()
+            .unwrap(),
+    );
     let a = r.open_stream(common::post("/a", None)).unwrap();
     let b = r.open_stream(common::post("/b", None)).unwrap();
     while r.poll_transmit().is_some() {}
@@ -1679,12 +1688,14 @@ fn relay_writable_follows_room_freed_by_a_stream_that_ended() {
 /// never gets `Writable`.
 #[test]
 fn worker_writable_follows_room_freed_by_an_aborted_stream() {
-    let mut w = WorkerConnection::new(WorkerConfig {
-        max_queued: 1000,
-        max_queued_per_stream: 1000,
-        keepalive: None,
-        ..Default::default()
-    });
+    let mut w = WorkerConnection::new(
+        WorkerConfig::builder()
+            .max_queued(1000)
+            .max_queued_per_stream(1000)
+            .keepalive(None)
+            .build()
+            .unwrap(),
+    );
     let now = std::time::Instant::now();
     let mut keys = Vec::new();
     for n in [1, 2] {

@@ -32,7 +32,7 @@ fn r_id_of(out: &[Decoded]) -> StreamId {
     match &out[0] {
         Decoded::Control(c) => c.id(),
         Decoded::Chunk(c) => c.id,
-        Decoded::Unknown => unreachable!(),
+        _ => unreachable!(),
     }
 }
 
@@ -90,10 +90,12 @@ fn request_frame_strips_hop_by_hop_headers() {
 
 #[test]
 fn body_of_any_piece_size_goes_out_in_chunks_of_at_most_1_mib_then_end() {
-    let mut r = RelayConnection::new(RelayConfig {
-        max_queued_per_stream: 8 << 20,
-        ..Default::default()
-    });
+    let mut r = RelayConnection::new(
+        RelayConfig::builder()
+            .max_queued_per_stream(8 << 20)
+            .build()
+            .unwrap(),
+    );
     let k = r.open_stream(post("/echo", None)).unwrap();
     let body = pattern(3 * MAX_CHUNK_BODY + 17);
     // Pieces of odd sizes.
@@ -114,7 +116,7 @@ fn body_of_any_piece_size_goes_out_in_chunks_of_at_most_1_mib_then_end() {
                 kinds.push("chunk");
             }
             Decoded::Control(c) => kinds.push(c.type_name()),
-            Decoded::Unknown => unreachable!(),
+            _ => unreachable!(),
         }
     }
     assert_eq!(got, body);
@@ -370,13 +372,15 @@ fn connection_loss_ends_every_stream_with_started_flag() {
 
 #[test]
 fn bounds_on_streams_and_queued_bytes() {
-    let mut r = RelayConnection::new(RelayConfig {
-        max_streams: 2,
-        reserved_streams: 0,
-        max_queued_per_stream: 1000,
-        max_queued: 1500,
-        ..Default::default()
-    });
+    let mut r = RelayConnection::new(
+        RelayConfig::builder()
+            .max_streams(2)
+            .reserved_streams(0)
+            .max_queued_per_stream(1000)
+            .max_queued(1500)
+            .build()
+            .unwrap(),
+    );
     let a = r.open_stream(post("/a", None)).unwrap();
     let b = r.open_stream(post("/b", None)).unwrap();
     assert_eq!(

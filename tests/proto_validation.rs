@@ -487,10 +487,12 @@ fn connect_and_trace_are_refused_with_405_unless_configured() {
             (StreamError::MethodNotAllowed, 405)
         );
     }
-    let mut r = RelayConnection::new(RelayConfig {
-        refused_methods: vec![],
-        ..RelayConfig::default()
-    });
+    let mut r = RelayConnection::new(
+        RelayConfig::builder()
+            .refused_methods(Vec::<String>::new())
+            .build()
+            .unwrap(),
+    );
     assert!(r
         .open_stream(RequestHead::new("TRACE", "/x", "", Headers::new()).unwrap())
         .is_ok());
@@ -528,11 +530,13 @@ fn request_heads_over_the_limits_are_refused_with_431_414_400() {
 
 #[test]
 fn control_routes_keep_a_reserve_of_streams() {
-    let mut r = RelayConnection::new(RelayConfig {
-        max_streams: 4,
-        reserved_streams: 2,
-        ..RelayConfig::default()
-    });
+    let mut r = RelayConnection::new(
+        RelayConfig::builder()
+            .max_streams(4)
+            .reserved_streams(2)
+            .build()
+            .unwrap(),
+    );
     r.open_stream(post("/v1/execute", None)).unwrap();
     r.open_stream(post("/v1/execute", None)).unwrap();
     let e = r.open_stream(post("/v1/execute", None)).unwrap_err();
@@ -559,11 +563,13 @@ fn control_routes_keep_a_reserve_of_streams() {
 
 #[test]
 fn the_worker_keeps_the_same_reserve_and_says_when_to_retry() {
-    let mut w = WorkerConnection::new(WorkerConfig {
-        max_streams: 2,
-        reserved_streams: 1,
-        ..WorkerConfig::default()
-    });
+    let mut w = WorkerConnection::new(
+        WorkerConfig::builder()
+            .max_streams(2)
+            .reserved_streams(1)
+            .build()
+            .unwrap(),
+    );
     let req = |w: &mut WorkerConnection, n: u32, method: &str, path: &str| {
         w.handle_message(
             ControlFrame::Request {

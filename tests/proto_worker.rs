@@ -236,10 +236,12 @@ fn respond_send_finish() {
 
 #[test]
 fn large_response_is_split_into_chunks_of_at_most_1_mib() {
-    let mut w = WorkerConnection::new(WorkerConfig {
-        max_queued_per_stream: 4 << 20,
-        ..Default::default()
-    });
+    let mut w = WorkerConnection::new(
+        WorkerConfig::builder()
+            .max_queued_per_stream(4 << 20)
+            .build()
+            .unwrap(),
+    );
     request(&mut w, 1, "/bytes");
     let k = request_key(&events(&mut w));
     w.respond(k, ok_head()).unwrap();
@@ -403,10 +405,13 @@ fn connection_closed_tells_every_open_stream() {
 
 #[test]
 fn too_many_requests_are_refused_with_503() {
-    let mut w = WorkerConnection::new(WorkerConfig {
-        max_streams: 1,
-        ..Default::default()
-    });
+    let mut w = WorkerConnection::new(
+        WorkerConfig::builder()
+            .max_streams(1)
+            .reserved_streams(0)
+            .build()
+            .unwrap(),
+    );
     request(&mut w, 1, "/a");
     request(&mut w, 2, "/b");
     assert_eq!(events(&mut w).len(), 1);

@@ -163,7 +163,7 @@ fn a_request_sink_is_not_ready_while_the_worker_app_does_not_read() {
         "worker holds {}",
         ws.body_buffered_in
     );
-    assert!(rs.body_queued_out <= RelayConfig::default().max_queued as u64);
+    assert!(rs.body_queued_out <= RelayConfig::default().max_queued() as u64);
     // Now the app reads: everything arrives.
     let mut body = req.body;
     let got = pool.run_until(async {

@@ -78,10 +78,10 @@ fn stack(config: RelayConfig) -> Stack {
 }
 
 fn with_overflow() -> RelayConfig {
-    RelayConfig {
-        overflow: Some(OverflowConfig::default()),
-        ..RelayConfig::default()
-    }
+    RelayConfig::builder()
+        .overflow(Some(OverflowConfig::default()))
+        .build()
+        .unwrap()
 }
 
 async fn read_all(mut body: rt::ResponseBody) -> Result<Vec<u8>, BodyError> {
@@ -149,10 +149,12 @@ fn sequential_write_then_await_completes() {
 /// up, so the writer gets an error.
 #[test]
 fn without_overflow_the_sequential_misuse_fails_instead_of_hanging() {
-    let mut s = stack(RelayConfig {
-        read_pause_timeout: Duration::from_millis(300),
-        ..RelayConfig::default()
-    });
+    let mut s = stack(
+        RelayConfig::builder()
+            .read_pause_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap(),
+    );
     let h = s.handle.clone();
     let t = Instant::now();
     let outcome = s.pool.run_until(async move {
@@ -175,13 +177,12 @@ fn without_overflow_the_sequential_misuse_fails_instead_of_hanging() {
 fn a_frozen_peer_is_dropped_even_with_a_write_pending() {
     let mut pool = LocalPool::new();
     let (relay_sock, frozen_peer) = socket_pair();
-    let config = RelayConfig {
-        keepalive: Some(KeepaliveConfig {
-            interval: Duration::from_millis(100),
-            timeout: Duration::from_millis(200),
-        }),
-        ..RelayConfig::default()
-    };
+    let config = RelayConfig::builder()
+        .keepalive(Some(
+            KeepaliveConfig::new(Duration::from_millis(100), Duration::from_millis(200)).unwrap(),
+        ))
+        .build()
+        .unwrap();
     let (h, driver) = rt::relay(relay_sock, FuturesTimer, config);
     let (done_tx, done_rx) = futures::channel::oneshot::channel();
     pool.spawner()

@@ -136,6 +136,7 @@ fn frame_value(f: &ControlFrame) -> Value {
         }),
         ControlFrame::End { id } => json!({"type": "end", "id": id.get()}),
         ControlFrame::Abort { id } => json!({"type": "abort", "id": id.get()}),
+        _ => unreachable!("a variant this test does not know"),
     }
 }
 

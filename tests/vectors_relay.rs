@@ -30,6 +30,7 @@ fn caller(r: &mut RelayConnection, events: &[RelayEvent]) -> Value {
             BodyRead::End => break true,
             BodyRead::Gone => break false,
             BodyRead::Pending => panic!("the stream did not end"),
+            _ => unreachable!("a variant this test does not know"),
         }
     };
     serde_json::json!({

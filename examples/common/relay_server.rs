@@ -75,10 +75,10 @@ pub struct Relay {
 /// callers' responses overflowing to temporary files (1 MiB in memory per
 /// stream, at most 1 GiB on disk per response and 4 GiB per worker).
 pub fn default_config() -> RelayConfig {
-    RelayConfig {
-        overflow: Some(OverflowConfig::default()),
-        ..RelayConfig::default()
-    }
+    RelayConfig::builder()
+        .overflow(Some(OverflowConfig::default()))
+        .build()
+        .unwrap()
 }
 
 impl Relay {

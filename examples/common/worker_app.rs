@@ -78,7 +78,7 @@ pub async fn run(opts: WorkerOptions) -> i32 {
                 );
                 tokio::time::sleep(wait).await;
             }
-            Verdict::Connected => unreachable!("connect() returns the socket"),
+            _ => unreachable!("connect() returns the socket when connected"),
         }
     }
 }

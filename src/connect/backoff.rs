@@ -1,20 +1,27 @@
 //! Reconnect backoff: exponential delay with "equal jitter", randomness
 //! supplied by the caller.
 
+use crate::proto::config::{at_least_one, config_builder, positive, ConfigError};
 use std::time::Duration;
 
 /// Backoff settings. The defaults are the spec's: start at 1 s, double,
-/// at most 60 s.
+/// at most 60 s. Built with [`BackoffConfig::builder`], which refuses a zero
+/// start, a maximum below the start and a multiplier of 0.
+///
+/// ```
+/// use std::time::Duration;
+/// use worker_relay::connect::BackoffConfig;
+///
+/// let config = BackoffConfig::builder().max(Duration::from_secs(10)).build()?;
+/// assert_eq!(config.initial(), Duration::from_secs(1));
+/// assert!(BackoffConfig::builder().multiplier(0).build().is_err());
+/// # Ok::<(), worker_relay::proto::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BackoffConfig {
-    /// The delay after a successful handshake and before the first attempt's
-    /// retry (default 1 s).
-    pub initial: Duration,
-    /// The largest delay (default 60 s). An `initial` above it is lowered to it.
-    pub max: Duration,
-    /// What the delay is multiplied by on each consecutive failure (default 2;
-    /// 0 is taken as 1, a constant delay).
-    pub multiplier: u32,
+    pub(crate) initial: Duration,
+    pub(crate) max: Duration,
+    pub(crate) multiplier: u32,
 }
 
 impl Default for BackoffConfig {
@@ -24,6 +31,31 @@ impl Default for BackoffConfig {
             max: Duration::from_secs(60),
             multiplier: 2,
         }
+    }
+}
+
+config_builder! {
+    /// Builds a [`BackoffConfig`]: each setter is documented on the getter
+    /// of the same name.
+    BackoffConfigBuilder for BackoffConfig {
+        /// The delay after a successful handshake and before the first
+        /// attempt's retry (default 1 s); longer than zero.
+        initial: Duration,
+        /// The largest delay (default 60 s); at least `initial`.
+        max: Duration,
+        /// What the delay is multiplied by on each consecutive failure
+        /// (default 2; 1 is a constant delay).
+        multiplier: u32,
+    }
+}
+
+impl BackoffConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        positive("initial", self.initial)?;
+        if self.max < self.initial {
+            return Err(ConfigError::new("max", "must be at least initial"));
+        }
+        at_least_one("multiplier", u64::from(self.multiplier))
     }
 }
 
@@ -88,8 +120,10 @@ impl Backoff {
         let span = self.delay - half;
         // `min`: float rounding must not push the wait past the delay.
         let wait = half + span.mul_f64(r).min(span);
-        let multiplier = self.config.multiplier.max(1);
-        self.delay = self.delay.saturating_mul(multiplier).min(self.config.max);
+        self.delay = self
+            .delay
+            .saturating_mul(self.config.multiplier)
+            .min(self.config.max);
         wait
     }
 
@@ -199,11 +233,12 @@ mod tests {
 
     #[test]
     fn configurable() {
-        let config = BackoffConfig {
-            initial: Duration::from_millis(100),
-            max: Duration::from_millis(1000),
-            multiplier: 3,
-        };
+        let config = BackoffConfig::builder()
+            .initial(Duration::from_millis(100))
+            .max(Duration::from_millis(1000))
+            .multiplier(3)
+            .build()
+            .unwrap();
         let mut b = Backoff::new(config);
         assert_eq!(b.config(), &config);
         let mut delays = Vec::new();
@@ -213,27 +248,28 @@ mod tests {
         }
         assert_eq!(delays, [100, 300, 900, 1000, 1000]);
 
-        // Degenerate settings are total, never a panic.
-        let mut b = Backoff::new(BackoffConfig {
-            initial: Duration::from_secs(10),
-            max: Duration::from_secs(5),
-            multiplier: 0,
-        });
-        assert_eq!(b.current_delay(), Duration::from_secs(5));
-        assert_eq!(b.next_wait(1.0), Duration::from_secs(5));
-        assert_eq!(b.current_delay(), Duration::from_secs(5));
-        let mut b = Backoff::new(BackoffConfig {
-            initial: Duration::MAX,
-            max: Duration::MAX,
-            multiplier: u32::MAX,
-        });
+        // Nonsense is refused, not clamped.
+        let e = BackoffConfig::builder()
+            .initial(Duration::from_secs(10))
+            .max(Duration::from_secs(5))
+            .build()
+            .unwrap_err();
+        assert_eq!(e.field, "max");
+        assert!(BackoffConfig::builder().multiplier(0).build().is_err());
+        assert!(BackoffConfig::builder()
+            .initial(Duration::ZERO)
+            .build()
+            .is_err());
+        // Extremes are total, never a panic.
+        let mut b = Backoff::new(
+            BackoffConfig::builder()
+                .initial(Duration::MAX)
+                .max(Duration::MAX)
+                .multiplier(u32::MAX)
+                .build()
+                .unwrap(),
+        );
         assert!(b.next_wait(0.9) <= Duration::MAX);
         assert_eq!(b.current_delay(), Duration::MAX);
-        let mut b = Backoff::new(BackoffConfig {
-            initial: Duration::ZERO,
-            ..BackoffConfig::default()
-        });
-        assert_eq!(b.next_wait(0.7), Duration::ZERO);
-        assert_eq!(b.current_delay(), Duration::ZERO);
     }
 }

@@ -119,6 +119,7 @@ impl fmt::Debug for RequestHeaders {
 /// [`Verdict::Refused`] log it and exit with status 1, since the relay would
 /// refuse the same token again.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Verdict {
     /// The relay accepted the worker and speaks this protocol version.
     Connected,

@@ -113,6 +113,7 @@
 //!             eprintln!("strata-worker: {why}");
 //!             break 1;
 //!         }
+//!         _ => {} // a verdict this version does not know: retry
 //!     }
 //!     let wait = backoff.next_wait(random(&mut rng));
 //!     waits.push(wait); // a runtime would sleep here
@@ -203,7 +204,7 @@ mod url;
 /// The keepalive lives with the state machines that embed it; here for the
 /// worker's connect loop.
 pub use crate::proto::{Keepalive, KeepaliveConfig};
-pub use backoff::{Backoff, BackoffConfig};
+pub use backoff::{Backoff, BackoffConfig, BackoffConfigBuilder};
 pub use handshake::{
     decide_upgrade, Accepted, Refused, Rejected, RequestHeaders, RetryReason, Verdict,
     WorkerHandshake, AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL, WWW_AUTHENTICATE,

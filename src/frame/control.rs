@@ -108,6 +108,7 @@ impl ResponseHead {
 
 /// A control frame: one JSON text message.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ControlFrame {
     /// Relay to worker: opens a stream for an HTTP request.
     Request {

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 
 /// The result of reading a stream's incoming body.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BodyRead {
     /// The next piece of the body.
     Data(Bytes),

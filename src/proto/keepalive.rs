@@ -1,19 +1,47 @@
 //! Keepalive: a WebSocket ping every 20 s; no pong within 20 s of a ping
 //! means the connection is dead.
 
+use super::config::{positive, ConfigError};
 use crate::frame::{CloseCode, CloseFrame, Message};
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 /// Keepalive settings. The defaults are the spec's: a ping every 20 s, dead
 /// if no pong within 20 s.
+///
+/// ```
+/// use std::time::Duration;
+/// use worker_relay::proto::KeepaliveConfig;
+///
+/// let fast = KeepaliveConfig::new(Duration::from_secs(5), Duration::from_secs(5))?;
+/// assert_eq!(fast.timeout(), Duration::from_secs(5));
+/// assert!(KeepaliveConfig::new(Duration::ZERO, Duration::from_secs(5)).is_err());
+/// # Ok::<(), worker_relay::proto::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeepaliveConfig {
-    /// Time from one ping to the next (default 20 s). `Duration::MAX`
-    /// disables pings.
-    pub interval: Duration,
+    pub(crate) interval: Duration,
+    pub(crate) timeout: Duration,
+}
+
+impl KeepaliveConfig {
+    /// A ping every `interval` (`Duration::MAX`: never), dead if no pong
+    /// within `timeout` of one. Both must be longer than zero.
+    pub fn new(interval: Duration, timeout: Duration) -> Result<KeepaliveConfig, ConfigError> {
+        positive("interval", interval)?;
+        positive("timeout", timeout)?;
+        Ok(KeepaliveConfig { interval, timeout })
+    }
+
+    /// Time from one ping to the next (default 20 s).
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
     /// How long after a ping its pong may arrive (default 20 s).
-    pub timeout: Duration,
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
 }
 
 impl Default for KeepaliveConfig {

@@ -11,6 +11,7 @@
 //! so a small request is answered while a large body is in flight.
 
 mod close;
+pub(crate) mod config;
 mod core;
 mod error;
 mod inbound;
@@ -20,14 +21,19 @@ mod relay;
 mod relay_config;
 mod stats;
 mod worker;
+mod worker_config;
 
 pub use close::CloseCause;
+pub use config::ConfigError;
 pub use error::{HandleError, StreamError};
 pub use inbound::BodyRead;
 pub use keepalive::{Keepalive, KeepaliveConfig};
-pub use relay::{OverflowConfig, RelayConfig, RelayConnection, RelayEnd, RelayEvent};
+pub use relay::{
+    OverflowConfig, RelayConfig, RelayConfigBuilder, RelayConnection, RelayEnd, RelayEvent,
+};
 pub use stats::Stats;
-pub use worker::{WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent, MAX_PENDING_REFUSALS};
+pub use worker::{WorkerConnection, WorkerEnd, WorkerEvent, MAX_PENDING_REFUSALS};
+pub use worker_config::{WorkerConfig, WorkerConfigBuilder};
 
 /// Whether a request is one of the protocol's control routes, which the
 /// spec says are answered at once while dispatches are in flight:

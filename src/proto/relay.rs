@@ -6,7 +6,9 @@
 use super::core::{Core, Input};
 use super::inbound::{BodyRead, InBody};
 use super::outbound::{Outbound, SendAbort};
-pub use super::relay_config::{OverflowConfig, RelayConfig, RelayEnd, RelayEvent};
+pub use super::relay_config::{
+    OverflowConfig, RelayConfig, RelayConfigBuilder, RelayEnd, RelayEvent,
+};
 use super::Keepalive;
 use super::{CloseCause, HandleError, Stats, StreamError, StreamKey};
 use crate::frame::{

@@ -4,11 +4,11 @@
 use super::core::{Core, Input};
 use super::inbound::{BodyRead, InBody};
 use super::outbound::{Outbound, SendAbort};
-use super::{CloseCause, HandleError, Stats, StreamError, StreamKey};
-use super::{Keepalive, KeepaliveConfig};
+use super::Keepalive;
+use super::{CloseCause, HandleError, Stats, StreamError, StreamKey, WorkerConfig};
 use crate::frame::{
-    self, CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Headers, Message, RequestHead,
-    ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
+    self, CloseCode, ControlFrame, Decoded, FrameError, Headers, Message, RequestHead,
+    ResponseHead, StreamId, MAX_MESSAGE_LEN,
 };
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -19,52 +19,6 @@ use std::time::Instant;
 /// before it stops reading until they have gone out: a relay that keeps
 /// sending such requests without reading cannot grow the queue.
 pub const MAX_PENDING_REFUSALS: usize = 64;
-
-/// Bounds of a [`WorkerConnection`]. Every queue is finite.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// Requests open at once; a request beyond it is answered 503 (with
-    /// `Retry-After: 1`) at once. Default 1024.
-    pub max_streams: usize,
-    /// Of `max_streams`, how many only the control routes (`GET /health`,
-    /// `POST /v1/executions/{id}/cancel`) may use; other requests get 503
-    /// past `max_streams - reserved_streams` (never less than 1). Default 16.
-    pub reserved_streams: usize,
-    /// Unread chunks held per request body before reading pauses (spec: 16).
-    pub max_unread_chunks: usize,
-    /// Unread body bytes held over all requests before reading pauses.
-    /// Default 64 MiB.
-    pub max_unread_bytes: usize,
-    /// Response bytes queued per stream before its sink is not ready. Default 2 MiB.
-    pub max_queued_per_stream: usize,
-    /// Response bytes queued over all streams. Default 8 MiB.
-    pub max_queued: usize,
-    /// Largest body chunk emitted. Default and maximum 1 MiB.
-    pub chunk_size: usize,
-    /// Pings and the pong deadline (spec: every 20 s, dead after 20 s without
-    /// a pong). Armed by the first `handle_timeout(now)`. Default: on, with the spec's values.
-    pub keepalive: Option<KeepaliveConfig>,
-    /// Bounds on every request head read: a request over them is answered
-    /// by the machine itself with [`HeadLimitError::status`](crate::frame::HeadLimitError::status)
-    /// (431, 414 or 400) and never reaches the application.
-    pub head_limits: HeadLimits,
-}
-
-impl Default for WorkerConfig {
-    fn default() -> Self {
-        WorkerConfig {
-            max_streams: 1024,
-            reserved_streams: 16,
-            max_unread_chunks: 16,
-            max_unread_bytes: 64 << 20,
-            max_queued_per_stream: 2 << 20,
-            max_queued: 8 << 20,
-            chunk_size: MAX_CHUNK_BODY,
-            keepalive: Some(KeepaliveConfig::default()),
-            head_limits: HeadLimits::default(),
-        }
-    }
-}
 
 /// How a worker stream ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -121,6 +121,7 @@ pub(crate) fn check_decoded(res: &Result<Decoded, FrameError>, len: usize) {
             }
         }
         Ok(Decoded::Chunk(_)) | Ok(Decoded::Unknown) => {}
+        Ok(other) => panic!("a decoded value this harness does not know: {other:?}"),
         Err(e) => {
             let code = e.close_code();
             let too_large = matches!(e, FrameError::TooLarge { .. });

@@ -190,10 +190,13 @@ pub(crate) fn gen_keepalive(
     match c.u8() % 4 {
         0 => None,
         1 => Some(KeepaliveConfig::default()),
-        2 => Some(KeepaliveConfig {
-            interval: Duration::from_secs(1 + u64::from(c.u8() % 30)),
-            timeout: Duration::from_secs(1 + u64::from(c.u8() % 30)),
-        }),
+        2 => Some(
+            KeepaliveConfig::new(
+                Duration::from_secs(1 + u64::from(c.u8() % 30)),
+                Duration::from_secs(1 + u64::from(c.u8() % 30)),
+            )
+            .expect("valid"),
+        ),
         _ => default,
     }
 }
@@ -336,7 +339,7 @@ pub(crate) fn classify(msg: &Message, worker_side: bool, limits: &HeadLimits) ->
         Ok(Decoded::Control(ControlFrame::End { id })) => Class::End(id),
         Ok(Decoded::Control(ControlFrame::Abort { id })) => Class::Abort(id),
         Ok(Decoded::Chunk(ch)) => Class::Chunk(ch.id, ch.data),
-        Ok(Decoded::Unknown) => Class::Other,
+        Ok(_) => Class::Other,
         Err(FrameError::TooLarge { .. }) => Class::TooLarge,
         // Not JSON to the crate's parser (a repeated field): ignored.
         Err(FrameError::InvalidJson(_)) => Class::Other,

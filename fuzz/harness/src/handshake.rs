@@ -171,14 +171,20 @@ pub fn handshake_and_url(data: &[u8]) {
     }
 
     // --- backoff stays within [delay/2, delay] and under the cap
-    let mut backoff = Backoff::new(BackoffConfig {
-        initial: Duration::from_millis(u64::from(c.u16())),
-        max: Duration::from_millis(1 + u64::from(c.u32() % 120_000)),
-        multiplier: u32::from(c.u8() % 5),
-    });
+    let initial = Duration::from_millis(u64::from(c.u16()));
+    let max = Duration::from_millis(1 + u64::from(c.u32() % 120_000));
+    let multiplier = u32::from(c.u8() % 5);
+    let built = BackoffConfig::builder()
+        .initial(initial)
+        .max(max)
+        .multiplier(multiplier)
+        .build();
+    let nonsense = initial.is_zero() || max < initial || multiplier == 0;
+    assert_eq!(built.is_err(), nonsense, "{built:?}");
+    let mut backoff = Backoff::new(built.unwrap_or_default());
     for _ in 0..c.u8() % 8 {
         let delay = backoff.current_delay();
-        assert!(delay <= backoff.config().max);
+        assert!(delay <= backoff.config().max());
         let r = f64::from(c.u32()) / f64::from(u32::MAX);
         let r = if c.u8() == 255 {
             f64::NAN

@@ -153,25 +153,33 @@ pub(crate) const HOP_BY_HOP_NAMES: &[&str] = &[
 impl RelayHarness {
     fn new(c: &mut Cursor<'_>) -> RelayHarness {
         let f = c.u8();
-        let mut cfg = RelayConfig::default();
+        let mut b = RelayConfig::builder();
         if f & 1 == 1 {
+            // Small bounds, so they are reached quickly (kept valid: the
+            // builder refuses zero bounds, a reserve as large as the stream
+            // bound, and a per-stream queue over the total).
             let m = c.u8();
-            cfg.max_streams = 1 + usize::from(m % 8);
-            cfg.reserved_streams = usize::from(m / 8 % 4);
-            cfg.max_unread_chunks = 1 + usize::from(c.u8() % 16);
-            cfg.max_unread_bytes = 1 + usize::from(c.u16());
-            cfg.max_queued_per_stream = usize::from(c.u16());
-            cfg.max_queued = usize::from(c.u16());
-            cfg.chunk_size = usize::from(c.u16() % 2048);
+            let max_streams = 1 + usize::from(m % 8);
+            let per_stream = 1 + usize::from(c.u16());
+            b = b
+                .max_streams(max_streams)
+                .reserved_streams(usize::from(m / 8 % 4).min(max_streams - 1))
+                .max_unread_chunks(1 + usize::from(c.u8() % 16))
+                .max_unread_bytes(1 + usize::from(c.u16()))
+                .max_queued_per_stream(per_stream)
+                .max_queued(per_stream.max(usize::from(c.u16())))
+                .chunk_size(1 + usize::from(c.u16() % 2048));
         }
         if f & 2 == 2 {
-            cfg.keepalive = gen_keepalive(c, cfg.keepalive);
+            b = b.keepalive(gen_keepalive(c, RelayConfig::default().keepalive()));
         }
         if f & 8 == 8 {
             // Short deadlines, so stalls and pause bounds fire often.
-            cfg.stall_timeout = Duration::from_secs(1 + u64::from(f >> 4));
-            cfg.read_pause_timeout = Duration::from_secs(1 + u64::from((f >> 4) % 4));
+            b = b
+                .stall_timeout(Duration::from_secs(1 + u64::from(f >> 4)))
+                .read_pause_timeout(Duration::from_secs(1 + u64::from((f >> 4) % 4)));
         }
+        let cfg = b.build().expect("generated configs are valid");
         let now = base_instant();
         let mut r = RelayConnection::new(cfg.clone());
         if f & 4 == 4 {
@@ -206,7 +214,7 @@ impl RelayHarness {
     }
 
     fn chunk_limit(&self) -> usize {
-        self.cfg.chunk_size.clamp(1, MAX_CHUNK_BODY)
+        self.cfg.chunk_size().clamp(1, MAX_CHUNK_BODY)
     }
 
     /// Whether the relay must pause reading (no overflow in this model).
@@ -216,12 +224,12 @@ impl RelayHarness {
             let k = &self.keys[key];
             if k.held {
                 bytes += k.body.bytes;
-                if k.body.held.len() >= self.cfg.max_unread_chunks {
+                if k.body.held.len() >= self.cfg.max_unread_chunks() {
                     return true;
                 }
             }
         }
-        bytes >= self.cfg.max_unread_bytes
+        bytes >= self.cfg.max_unread_bytes()
     }
 
     fn track_pause(&mut self) {
@@ -250,7 +258,7 @@ impl RelayHarness {
         if self.closed {
             return;
         }
-        let stall = self.cfg.stall_timeout;
+        let stall = self.cfg.stall_timeout();
         let mut due: Vec<(Instant, StreamKey)> = self
             .keys
             .iter()
@@ -265,10 +273,10 @@ impl RelayHarness {
         self.track_pause();
         let over = self
             .paused_since
-            .and_then(|p| p.checked_add(self.cfg.read_pause_timeout))
+            .and_then(|p| p.checked_add(self.cfg.read_pause_timeout()))
             .is_some_and(|d| d <= self.now);
         if over {
-            let limit = self.cfg.max_unread_chunks;
+            let limit = self.cfg.max_unread_chunks();
             let held: Vec<StreamKey> = self
                 .active
                 .iter()
@@ -416,7 +424,7 @@ impl RelayHarness {
         self.r.handle_timeout(self.now);
         if !was_closed && self.r.is_closed() {
             assert!(
-                self.cfg.keepalive.is_some(),
+                self.cfg.keepalive().is_some(),
                 "closed on a timeout without keepalive"
             );
             self.expect_close = Some(1011);
@@ -456,7 +464,7 @@ impl RelayHarness {
         }
         let expected = RequestHead::new(head.method(), head.path(), head.query(), filtered.clone())
             .expect("still valid");
-        if let Err(e) = self.cfg.head_limits.check_request(&expected) {
+        if let Err(e) = self.cfg.head_limits().check_request(&expected) {
             assert_eq!(res, Err(StreamError::HeadOverLimit(e)));
             return;
         }
@@ -465,10 +473,10 @@ impl RelayHarness {
             return;
         };
         let limit = if is_control_route(&head) {
-            self.cfg.max_streams
+            self.cfg.max_streams()
         } else {
-            (self.cfg.max_streams)
-                .saturating_sub(self.cfg.reserved_streams)
+            (self.cfg.max_streams())
+                .saturating_sub(self.cfg.reserved_streams())
                 .max(1)
         };
         if before >= limit {
@@ -522,8 +530,8 @@ impl RelayHarness {
 
     fn send_body(&mut self, key: StreamKey, data: Bytes) {
         let cap = self.r.send_capacity(key);
-        assert!(cap <= self.cfg.max_queued_per_stream.max(1));
-        assert!(cap <= self.cfg.max_queued.max(1));
+        assert!(cap <= self.cfg.max_queued_per_stream().max(1));
+        assert!(cap <= self.cfg.max_queued().max(1));
         let len = data.len();
         let res = self.r.send_body(key, data.clone());
         trace!("relay app: send_body({key:?}, {len} bytes) = {res:?} (capacity {cap})");
@@ -722,7 +730,7 @@ impl RelayHarness {
         let wants = self.r.wants_read();
         let is_data = msg.is_data();
         let len = msg.len() as u64;
-        let class = classify(&msg, false, &self.cfg.head_limits);
+        let class = classify(&msg, false, &self.cfg.head_limits());
         trace!("worker -> relay: {} = {class:?}", short(&msg));
         let fed = msg.clone();
         let res = self.r.handle_message(msg, self.now);
@@ -842,7 +850,7 @@ impl RelayHarness {
         let d = match &m {
             Message::Close(None) => panic!("relay closed without a code"),
             Message::Ping(p) => {
-                assert!(self.cfg.keepalive.is_some(), "ping without keepalive");
+                assert!(self.cfg.keepalive().is_some(), "ping without keepalive");
                 self.last_ping = Some(p.clone());
                 return;
             }
@@ -1018,10 +1026,10 @@ impl RelayHarness {
                 held_bytes += k.body.bytes as u64;
                 let chunks = k.body.held.len();
                 assert!(
-                    chunks <= self.cfg.max_unread_chunks,
+                    chunks <= self.cfg.max_unread_chunks(),
                     "{chunks} unread chunks held"
                 );
-                paused |= chunks >= self.cfg.max_unread_chunks;
+                paused |= chunks >= self.cfg.max_unread_chunks();
             }
         }
         for key in gone {
@@ -1030,11 +1038,11 @@ impl RelayHarness {
         assert_eq!(live, self.ids_live.len(), "ids in flight are unique");
         assert_eq!(self.r.open_streams(), held, "open_streams");
         assert!(
-            held <= self.cfg.max_streams,
+            held <= self.cfg.max_streams(),
             "more streams than max_streams"
         );
         assert_eq!(s.body_buffered_in, held_bytes, "unread bytes");
-        paused |= held_bytes >= self.cfg.max_unread_bytes as u64;
+        paused |= held_bytes >= self.cfg.max_unread_bytes() as u64;
         assert_eq!(self.r.wants_read(), !self.closed && !paused, "wants_read");
         assert_eq!(s.streams_opened, self.opened);
         assert_eq!(s.streams_closed, self.ends);
@@ -1042,8 +1050,8 @@ impl RelayHarness {
         assert_eq!(s.streams_open, held as u64);
         assert_eq!(s.bytes_in, self.bytes_in);
         assert_eq!(s.bytes_out, self.bytes_out);
-        assert!(s.body_queued_out <= self.cfg.max_queued.max(1) as u64);
-        assert!(s.body_queued_out_max <= self.cfg.max_queued.max(1) as u64);
+        assert!(s.body_queued_out <= self.cfg.max_queued().max(1) as u64);
+        assert!(s.body_queued_out_max <= self.cfg.max_queued().max(1) as u64);
         if self.closed {
             assert_eq!(self.r.poll_timeout(), None);
         }

@@ -138,20 +138,27 @@ pub fn worker_machine(data: &[u8]) {
 impl WorkerHarness {
     fn new(c: &mut Cursor<'_>) -> WorkerHarness {
         let f = c.u8();
-        let mut cfg = WorkerConfig::default();
+        let mut b = WorkerConfig::builder();
         if f & 1 == 1 {
+            // Small bounds, so they are reached quickly (kept valid: the
+            // builder refuses zero bounds, a reserve as large as the stream
+            // bound, and a per-stream queue over the total).
             let m = c.u8();
-            cfg.max_streams = 1 + usize::from(m % 8);
-            cfg.reserved_streams = usize::from(m / 8 % 4);
-            cfg.max_unread_chunks = 1 + usize::from(c.u8() % 16);
-            cfg.max_unread_bytes = 1 + usize::from(c.u16());
-            cfg.max_queued_per_stream = usize::from(c.u16());
-            cfg.max_queued = usize::from(c.u16());
-            cfg.chunk_size = usize::from(c.u16() % 2048);
+            let max_streams = 1 + usize::from(m % 8);
+            let per_stream = 1 + usize::from(c.u16());
+            b = b
+                .max_streams(max_streams)
+                .reserved_streams(usize::from(m / 8 % 4).min(max_streams - 1))
+                .max_unread_chunks(1 + usize::from(c.u8() % 16))
+                .max_unread_bytes(1 + usize::from(c.u16()))
+                .max_queued_per_stream(per_stream)
+                .max_queued(per_stream.max(usize::from(c.u16())))
+                .chunk_size(1 + usize::from(c.u16() % 2048));
         }
         if f & 2 == 2 {
-            cfg.keepalive = gen_keepalive(c, cfg.keepalive);
+            b = b.keepalive(gen_keepalive(c, WorkerConfig::default().keepalive()));
         }
+        let cfg = b.build().expect("generated configs are valid");
         let now = base_instant();
         let mut w = WorkerConnection::new(cfg.clone());
         w.handle_timeout(now);
@@ -186,7 +193,7 @@ impl WorkerHarness {
     }
 
     fn chunk_limit(&self) -> usize {
-        self.cfg.chunk_size.clamp(1, MAX_CHUNK_BODY)
+        self.cfg.chunk_size().clamp(1, MAX_CHUNK_BODY)
     }
 
     fn alive_ids(&self) -> Vec<StreamId> {
@@ -374,7 +381,7 @@ impl WorkerHarness {
         assert_eq!(self.w.poll_timeout(), t);
         if !was_closed && self.w.is_closed() {
             assert!(
-                self.cfg.keepalive.is_some(),
+                self.cfg.keepalive().is_some(),
                 "closed on a timeout without keepalive"
             );
             self.expect_close = Some(1011);
@@ -387,7 +394,7 @@ impl WorkerHarness {
         let wants = self.w.wants_read();
         let is_data = msg.is_data();
         let len = msg.len() as u64;
-        let class = classify(&msg, true, &self.cfg.head_limits);
+        let class = classify(&msg, true, &self.cfg.head_limits());
         trace!("relay -> worker: {} = {class:?}", short(&msg));
         let fed = msg.clone();
         let r = self.w.handle_message(msg, self.now);
@@ -422,10 +429,10 @@ impl WorkerHarness {
                     Err(_) => true,
                     Ok(h) => {
                         let limit = if is_control_route(h) {
-                            self.cfg.max_streams
+                            self.cfg.max_streams()
                         } else {
-                            (self.cfg.max_streams)
-                                .saturating_sub(self.cfg.reserved_streams)
+                            (self.cfg.max_streams())
+                                .saturating_sub(self.cfg.reserved_streams())
                                 .max(1)
                         };
                         h.headers().content_length().is_err() || live >= limit
@@ -538,8 +545,8 @@ impl WorkerHarness {
 
     fn send_body(&mut self, key: StreamKey, data: Bytes) {
         let cap = self.w.send_capacity(key);
-        assert!(cap <= self.cfg.max_queued_per_stream.max(1));
-        assert!(cap <= self.cfg.max_queued.max(1));
+        assert!(cap <= self.cfg.max_queued_per_stream().max(1));
+        assert!(cap <= self.cfg.max_queued().max(1));
         let len = data.len();
         let r = self.w.send_body(key, data.clone());
         trace!("worker app: send_body({key:?}, {len} bytes) = {r:?} (capacity {cap})");
@@ -674,7 +681,7 @@ impl WorkerHarness {
         let d = match &m {
             Message::Close(None) => panic!("worker closed without a code"),
             Message::Ping(p) => {
-                assert!(self.cfg.keepalive.is_some(), "ping without keepalive");
+                assert!(self.cfg.keepalive().is_some(), "ping without keepalive");
                 self.last_ping = Some(p.clone());
                 return;
             }
@@ -929,15 +936,15 @@ impl WorkerHarness {
             held_bytes += k.body.bytes as u64;
             let chunks = k.body.held.len();
             assert!(
-                chunks <= self.cfg.max_unread_chunks && chunks <= 16,
+                chunks <= self.cfg.max_unread_chunks() && chunks <= 16,
                 "{chunks} unread chunks held (bound {})",
-                self.cfg.max_unread_chunks
+                self.cfg.max_unread_chunks()
             );
-            paused |= chunks >= self.cfg.max_unread_chunks;
+            paused |= chunks >= self.cfg.max_unread_chunks();
         }
         assert_eq!(s.body_buffered_in, held_bytes, "unread bytes");
-        assert!(s.body_buffered_in < (self.cfg.max_unread_bytes + MAX_CHUNK_BODY) as u64);
-        paused |= held_bytes >= self.cfg.max_unread_bytes as u64;
+        assert!(s.body_buffered_in < (self.cfg.max_unread_bytes() + MAX_CHUNK_BODY) as u64);
+        paused |= held_bytes >= self.cfg.max_unread_bytes() as u64;
         let pending = self.refusals.len() + self.proto_aborts.len();
         paused |= pending >= MAX_PENDING_REFUSALS;
         assert!(pending <= MAX_PENDING_REFUSALS, "refusals pile up");
@@ -948,8 +955,8 @@ impl WorkerHarness {
         assert_eq!(s.protocol_errors, self.protocol_errors, "protocol errors");
         assert_eq!(s.bytes_in, self.bytes_in);
         assert_eq!(s.bytes_out, self.bytes_out);
-        assert!(s.body_queued_out <= self.cfg.max_queued.max(1) as u64);
-        assert!(s.body_queued_out_max <= self.cfg.max_queued.max(1) as u64);
+        assert!(s.body_queued_out <= self.cfg.max_queued().max(1) as u64);
+        assert!(s.body_queued_out_max <= self.cfg.max_queued().max(1) as u64);
         assert!(s.body_buffered_in_max >= s.body_buffered_in);
         if self.closed {
             assert_eq!(live, 0);
