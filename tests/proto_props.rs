@@ -561,12 +561,12 @@ impl Run {
                 self.opened += 1;
                 true
             }
-            Err(worker_relay::proto::StreamError::TooManyStreams { limit }) => {
+            Err(worker_relay::proto::OpenError::TooManyStreams { limit }) => {
                 assert_eq!(limit, self.c.relay_max_streams);
                 assert!(self.p.relay.open_streams() >= limit);
                 false
             }
-            Err(worker_relay::proto::StreamError::ConnectionClosed) => {
+            Err(worker_relay::proto::OpenError::ConnectionClosed) => {
                 assert!(self.p.relay.is_closed());
                 // Closed for good: no stream will open.
                 for r in self.rs.iter_mut().filter(|r| r.key.is_none()) {

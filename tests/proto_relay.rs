@@ -7,7 +7,8 @@ use worker_relay::frame::{
     decode, ControlFrame, Decoded, Headers, Message, RequestHead, StreamId, MAX_CHUNK_BODY,
 };
 use worker_relay::proto::{
-    BodyRead, RelayConfig, RelayConnection, RelayEnd, RelayEvent, StreamError, WorkerEvent,
+    BodyRead, FinishError, OpenError, RelayConfig, RelayConnection, RelayEnd, RelayEvent,
+    WorkerEvent, WriteError,
 };
 
 fn drain(r: &mut RelayConnection) -> Vec<Decoded> {
@@ -152,11 +153,11 @@ fn content_length_is_enforced_both_ways() {
     assert_eq!(r.send_body(k, Bytes::from_static(b"abc")).unwrap(), 3);
     assert_eq!(
         r.send_body(k, Bytes::from_static(b"def")),
-        Err(StreamError::ContentLengthExceeded { limit: 5 })
+        Err(WriteError::ContentLengthExceeded { limit: 5 })
     );
     assert_eq!(
         r.finish(k),
-        Err(StreamError::ContentLengthShort {
+        Err(FinishError::ContentLengthShort {
             expected: 5,
             sent: 3
         })
@@ -188,7 +189,7 @@ fn content_length_is_enforced_both_ways() {
     // An invalid Content-Length is refused at open.
     let h = Headers::try_from_pairs([("content-length", "1"), ("content-length", "2")]).unwrap();
     let bad = RequestHead::new("POST", "/", "", h).unwrap();
-    assert_eq!(r.open_stream(bad), Err(StreamError::InvalidContentLength));
+    assert_eq!(r.open_stream(bad), Err(OpenError::InvalidContentLength));
 }
 
 #[test]
@@ -360,7 +361,7 @@ fn connection_loss_ends_every_stream_with_started_flag() {
     }));
     assert_eq!(
         p.relay.open_stream(get("/c")),
-        Err(StreamError::ConnectionClosed)
+        Err(OpenError::ConnectionClosed)
     );
     let ended = p
         .worker_events
@@ -385,7 +386,7 @@ fn bounds_on_streams_and_queued_bytes() {
     let b = r.open_stream(post("/b", None)).unwrap();
     assert_eq!(
         r.open_stream(get("/c")),
-        Err(StreamError::TooManyStreams { limit: 2 })
+        Err(OpenError::TooManyStreams { limit: 2 })
     );
     assert_eq!(r.send_body(a, pattern(4000)).unwrap(), 1000);
     assert_eq!(r.send_body(a, pattern(10)).unwrap(), 0);

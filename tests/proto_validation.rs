@@ -12,8 +12,8 @@ use worker_relay::frame::{
     ResponseHead, StreamId,
 };
 use worker_relay::proto::{
-    BodyRead, HandleError, RelayConfig, RelayConnection, RelayEnd, RelayEvent, StreamError,
-    StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
+    BodyRead, HandleError, OpenError, RelayConfig, RelayConnection, RelayEnd, RelayEvent,
+    RespondError, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
 };
 
 fn id(n: u32) -> StreamId {
@@ -362,7 +362,7 @@ fn the_worker_refuses_to_send_interim_or_invalid_statuses() {
     for status in [100, 101, 199, 600, 999] {
         assert_eq!(
             w.respond(k, head_of(status, &[])),
-            Err(StreamError::InvalidHead(
+            Err(RespondError::InvalidHead(
                 worker_relay::frame::FrameError::InvalidStatus
             ))
         );
@@ -482,10 +482,7 @@ fn connect_and_trace_are_refused_with_405_unless_configured() {
         let e = r
             .open_stream(RequestHead::new(m, "/x", "", Headers::new()).unwrap())
             .unwrap_err();
-        assert_eq!(
-            (e.clone(), e.status()),
-            (StreamError::MethodNotAllowed, 405)
-        );
+        assert_eq!((e.clone(), e.status()), (OpenError::MethodNotAllowed, 405));
     }
     let mut r = RelayConnection::new(
         RelayConfig::builder()
@@ -507,7 +504,7 @@ fn request_heads_over_the_limits_are_refused_with_431_414_400() {
         .unwrap_err();
     assert_eq!(
         e,
-        StreamError::HeadOverLimit(HeadLimitError::TooManyHeaders { limit: 100 })
+        OpenError::HeadOverLimit(HeadLimitError::TooManyHeaders { limit: 100 })
     );
     assert_eq!(e.status(), 431);
     let big = Headers::try_from_pairs([("cookie", "c".repeat(64 << 10))]).unwrap();
@@ -540,14 +537,14 @@ fn control_routes_keep_a_reserve_of_streams() {
     r.open_stream(post("/v1/execute", None)).unwrap();
     r.open_stream(post("/v1/execute", None)).unwrap();
     let e = r.open_stream(post("/v1/execute", None)).unwrap_err();
-    assert_eq!(e, StreamError::TooManyStreams { limit: 2 });
+    assert_eq!(e, OpenError::TooManyStreams { limit: 2 });
     assert_eq!(e.status(), 503);
     r.open_stream(get("/health")).unwrap();
     let cancel = RequestHead::new("POST", "/v1/executions/b-17/cancel", "", Headers::new());
     r.open_stream(cancel.unwrap()).unwrap();
     assert_eq!(
         r.open_stream(get("/health")),
-        Err(StreamError::TooManyStreams { limit: 4 })
+        Err(OpenError::TooManyStreams { limit: 4 })
     );
     assert!(worker_relay::proto::is_control_route(&get("/health")));
     for (m, p) in [

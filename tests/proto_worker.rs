@@ -9,7 +9,8 @@ use worker_relay::frame::{
     MAX_CHUNK_BODY,
 };
 use worker_relay::proto::{
-    BodyRead, StreamError, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
+    BodyRead, FinishError, RespondError, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd,
+    WorkerEvent, WriteError,
 };
 
 fn id(n: u32) -> StreamId {
@@ -189,7 +190,7 @@ fn relay_abort_drops_the_body_and_swallows_the_later_response() {
         .last()
         .unwrap();
     assert_eq!(foreign.get(), 99);
-    assert_eq!(w.finish(foreign), Err(StreamError::UnknownStream));
+    assert_eq!(w.finish(foreign), Err(FinishError::UnknownStream));
 }
 
 #[test]
@@ -199,7 +200,7 @@ fn respond_send_finish() {
     let k = request_key(&events(&mut w));
     assert_eq!(
         w.send_body(k, Bytes::from_static(b"x")),
-        Err(StreamError::NotResponded)
+        Err(WriteError::NotResponded)
     );
     w.respond(
         k,
@@ -210,12 +211,12 @@ fn respond_send_finish() {
         .unwrap(),
     )
     .unwrap();
-    assert_eq!(w.respond(k, ok_head()), Err(StreamError::AlreadyResponded));
+    assert_eq!(w.respond(k, ok_head()), Err(RespondError::AlreadyResponded));
     w.send_body(k, Bytes::from_static(b"hello")).unwrap();
     w.finish(k).unwrap();
     assert_eq!(
         w.send_body(k, Bytes::from_static(b"x")),
-        Err(StreamError::AlreadyFinished)
+        Err(WriteError::AlreadyFinished)
     );
     assert_eq!(
         drain(&mut w),
@@ -304,12 +305,12 @@ fn response_content_length_is_enforced() {
     w.respond(k, ResponseHead::new(200, h).unwrap()).unwrap();
     assert_eq!(
         w.send_body(k, pattern(5)),
-        Err(StreamError::ContentLengthExceeded { limit: 4 })
+        Err(WriteError::ContentLengthExceeded { limit: 4 })
     );
     w.send_body(k, pattern(3)).unwrap();
     assert_eq!(
         w.finish(k),
-        Err(StreamError::ContentLengthShort {
+        Err(FinishError::ContentLengthShort {
             expected: 4,
             sent: 3
         })

@@ -121,7 +121,7 @@ fn echo_and_failures_on_futures_executor() {
     pool.run_until_stalled();
     assert!(matches!(
         handle.send_request(head("GET", "/health")),
-        Err(RelayError::Stream(_))
+        Err(RelayError::Open(_))
     ));
     let _ = Duration::ZERO;
 }

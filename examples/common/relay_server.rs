@@ -20,7 +20,7 @@ use tokio_tungstenite::WebSocketStream;
 use worker_relay::connect::http::{decide_upgrade_http, request_head_from_parts, response_builder};
 use worker_relay::connect::{TokenTable, UrlError, UrlMap};
 use worker_relay::frame::{CloseCode, SUBPROTOCOL};
-use worker_relay::proto::{OverflowConfig, RelayConfig, StreamError};
+use worker_relay::proto::{OpenError, OverflowConfig, RelayConfig};
 use worker_relay::rt::{self, DriverError, Overflow, RelayError, RelayHandle};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -296,7 +296,7 @@ async fn forward(relay: Arc<Relay>, req: Request<Incoming>) -> Response<Body> {
     };
     let (mut sink, response) = match handle.send_request(head) {
         Ok(x) => x,
-        Err(e @ RelayError::Stream(StreamError::TooManyStreams { .. })) => {
+        Err(e @ RelayError::Open(OpenError::TooManyStreams { .. })) => {
             return refusal(e.status(), "worker busy");
         }
         Err(e) => return refusal(e.status(), &format!("refused: {e}")),

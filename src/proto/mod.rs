@@ -25,7 +25,9 @@ mod worker_config;
 
 pub use close::CloseCause;
 pub use config::ConfigError;
-pub use error::{HandleError, StreamError};
+pub use error::{
+    FinishError, HandleError, OpenError, RefillError, RespondError, UnknownStream, WriteError,
+};
 pub use inbound::BodyRead;
 pub use keepalive::{Keepalive, KeepaliveConfig};
 pub use relay::{

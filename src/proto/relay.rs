@@ -10,7 +10,10 @@ pub use super::relay_config::{
     OverflowConfig, RelayConfig, RelayConfigBuilder, RelayEnd, RelayEvent,
 };
 use super::Keepalive;
-use super::{CloseCause, HandleError, Stats, StreamError, StreamKey};
+use super::{
+    CloseCause, FinishError, HandleError, OpenError, RefillError, Stats, StreamKey, UnknownStream,
+    WriteError,
+};
 use crate::frame::{
     CloseCode, ControlFrame, Decoded, FrameError, Message, RequestHead, ResponseHead, StreamId,
     MAX_MESSAGE_LEN,
@@ -296,19 +299,19 @@ impl RelayConnection {
     /// [`send_body`](Self::send_body) and end it with [`finish`](Self::finish)
     /// (a request without a body: `finish` at once).
     ///
-    /// Refused, in this order ([`StreamError::status`] gives the answer):
+    /// Refused, in this order ([`OpenError::status`] gives the answer):
     /// a closed connection (502), a method of
     /// [`refused_methods`](RelayConfig::refused_methods) (405), a head over
     /// the [`head_limits`](RelayConfig::head_limits) (400, 414 or 431), an
     /// invalid or conflicting Content-Length (400), and too many streams in
     /// flight (503; the last [`reserved_streams`](RelayConfig::reserved_streams)
     /// are kept for the control routes).
-    pub fn open_stream(&mut self, mut head: RequestHead) -> Result<StreamKey, StreamError> {
+    pub fn open_stream(&mut self, mut head: RequestHead) -> Result<StreamKey, OpenError> {
         if self.core.closed {
-            return Err(StreamError::ConnectionClosed);
+            return Err(OpenError::ConnectionClosed);
         }
         if self.config.refuses_method(head.method()) {
-            return Err(StreamError::MethodNotAllowed);
+            return Err(OpenError::MethodNotAllowed);
         }
         let filtered = head.headers().without_hop_by_hop();
         *head.headers_mut() = filtered;
@@ -316,7 +319,7 @@ impl RelayConnection {
         let content_length = head
             .headers()
             .content_length()
-            .map_err(|_| StreamError::InvalidContentLength)?;
+            .map_err(|_| OpenError::InvalidContentLength)?;
         let limit = if super::is_control_route(&head) {
             self.config.max_streams
         } else {
@@ -326,7 +329,7 @@ impl RelayConnection {
                 .max(1)
         };
         if self.streams.len() >= limit {
-            return Err(StreamError::TooManyStreams { limit });
+            return Err(OpenError::TooManyStreams { limit });
         }
         let head_request = head.method() == "HEAD";
         let id = self.alloc_id();
@@ -373,7 +376,7 @@ impl RelayConnection {
     /// Queues request body bytes; returns how many were taken (zero-copy), 0
     /// when the queue is full: wait for [`RelayEvent::Writable`]. After the
     /// worker's response has ended, bytes are swallowed (never sent).
-    pub fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, StreamError> {
+    pub fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
         let len = data.len();
         let Some(s) = self.stream_mut(key)? else {
             return Ok(len);
@@ -382,11 +385,11 @@ impl RelayConnection {
             return Ok(len);
         }
         if !s.writing {
-            return Err(StreamError::AlreadyFinished);
+            return Err(WriteError::AlreadyFinished);
         }
         if let Some(limit) = s.content_length {
             if s.sent + len as u64 > limit {
-                return Err(StreamError::ContentLengthExceeded { limit });
+                return Err(WriteError::ContentLengthExceeded { limit });
             }
         }
         let n = self.core.out.write(key, data);
@@ -404,7 +407,7 @@ impl RelayConnection {
 
     /// Ends the request body: `end` goes out after what is queued. A body
     /// shorter than its Content-Length aborts the stream instead.
-    pub fn finish(&mut self, key: StreamKey) -> Result<(), StreamError> {
+    pub fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
         let Some(s) = self.stream_mut(key)? else {
             return Ok(());
         };
@@ -412,12 +415,12 @@ impl RelayConnection {
             return Ok(());
         }
         if !s.writing {
-            return Err(StreamError::AlreadyFinished);
+            return Err(FinishError::AlreadyFinished);
         }
         if let Some(expected) = s.content_length.filter(|&cl| s.sent < cl) {
             let sent = s.sent;
             self.abort(key);
-            return Err(StreamError::ContentLengthShort { expected, sent });
+            return Err(FinishError::ContentLengthShort { expected, sent });
         }
         s.writing = false;
         self.core.out.finish(key);
@@ -495,7 +498,7 @@ impl RelayConnection {
     /// order [`poll_spill`](Self::poll_spill) gave them. Bytes for a stream
     /// that has gone, or whose overflow was dropped meanwhile (it was given
     /// up), are swallowed; more than the store holds is refused.
-    pub fn refill(&mut self, key: StreamKey, data: Bytes) -> Result<(), StreamError> {
+    pub fn refill(&mut self, key: StreamKey, data: Bytes) -> Result<(), RefillError> {
         let Some(s) = self.stream_mut(key)? else {
             return Ok(());
         };
@@ -504,7 +507,7 @@ impl RelayConnection {
             return Ok(());
         }
         if data.len() as u64 > stored {
-            return Err(StreamError::RefillTooLong { stored });
+            return Err(RefillError::TooLong { stored });
         }
         s.refill_asked = false;
         let was_empty = s.body.chunks() == 0;
@@ -600,9 +603,9 @@ impl RelayConnection {
         id
     }
 
-    fn stream_mut(&mut self, key: StreamKey) -> Result<Option<&mut Stream>, StreamError> {
+    fn stream_mut(&mut self, key: StreamKey) -> Result<Option<&mut Stream>, UnknownStream> {
         if key.0 == 0 || key.0 >= self.next_key {
-            return Err(StreamError::UnknownStream);
+            return Err(UnknownStream);
         }
         Ok(self.streams.get_mut(&key))
     }

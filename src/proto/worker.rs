@@ -5,7 +5,10 @@ use super::core::{Core, Input};
 use super::inbound::{BodyRead, InBody};
 use super::outbound::{Outbound, SendAbort};
 use super::Keepalive;
-use super::{CloseCause, HandleError, Stats, StreamError, StreamKey, WorkerConfig};
+use super::{
+    CloseCause, FinishError, HandleError, RespondError, Stats, StreamKey, UnknownStream,
+    WorkerConfig, WriteError,
+};
 use crate::frame::{
     self, CloseCode, ControlFrame, Decoded, FrameError, Headers, Message, RequestHead,
     ResponseHead, StreamId, MAX_MESSAGE_LEN,
@@ -240,12 +243,12 @@ impl WorkerConnection {
     /// protocol has no interim responses). A response to HEAD, and a 204 or
     /// 304, has no body whatever its Content-Length says: body bytes sent
     /// for it are swallowed and `finish` does not check the length.
-    pub fn respond(&mut self, key: StreamKey, head: ResponseHead) -> Result<(), StreamError> {
+    pub fn respond(&mut self, key: StreamKey, head: ResponseHead) -> Result<(), RespondError> {
         let Some(s) = self.stream_mut(key)? else {
             return Ok(());
         };
         if s.resp != Resp::NotStarted {
-            return Err(StreamError::AlreadyResponded);
+            return Err(RespondError::AlreadyResponded);
         }
         let status = head.status();
         if !(200..=599).contains(&status) {
@@ -254,7 +257,7 @@ impl WorkerConnection {
         let content_length = head
             .headers()
             .content_length()
-            .map_err(|_| StreamError::InvalidContentLength)?;
+            .map_err(|_| RespondError::InvalidContentLength)?;
         let bodiless = s.head_request || status == 204 || status == 304;
         let content_length = if bodiless { None } else { content_length };
         let frame = ControlFrame::Response { id: s.id, head };
@@ -280,14 +283,14 @@ impl WorkerConnection {
     /// slices of `data`), 0 when the queue is full: wait for
     /// [`WorkerEvent::Writable`]. Bytes for a stream whose client has gone are
     /// swallowed.
-    pub fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, StreamError> {
+    pub fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
         let len = data.len();
         let Some(s) = self.stream_mut(key)? else {
             return Ok(len);
         };
         match s.resp {
-            Resp::NotStarted => return Err(StreamError::NotResponded),
-            Resp::Finished => return Err(StreamError::AlreadyFinished),
+            Resp::NotStarted => return Err(WriteError::NotResponded),
+            Resp::Finished => return Err(WriteError::AlreadyFinished),
             Resp::Started => {}
         }
         if s.bodiless {
@@ -295,7 +298,7 @@ impl WorkerConnection {
         }
         if let Some(limit) = s.content_length {
             if s.sent + len as u64 > limit {
-                return Err(StreamError::ContentLengthExceeded { limit });
+                return Err(WriteError::ContentLengthExceeded { limit });
             }
         }
         let n = self.core.out.write(key, data);
@@ -307,19 +310,19 @@ impl WorkerConnection {
 
     /// Ends the response: `end` goes out after the queued body. Whatever of
     /// the request body was not read is discarded.
-    pub fn finish(&mut self, key: StreamKey) -> Result<(), StreamError> {
+    pub fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
         let Some(s) = self.stream_mut(key)? else {
             return Ok(());
         };
         match s.resp {
-            Resp::NotStarted => return Err(StreamError::NotResponded),
-            Resp::Finished => return Err(StreamError::AlreadyFinished),
+            Resp::NotStarted => return Err(FinishError::NotResponded),
+            Resp::Finished => return Err(FinishError::AlreadyFinished),
             Resp::Started => {}
         }
         if let Some(expected) = s.content_length.filter(|&cl| s.sent < cl) {
             let sent = s.sent;
             self.fail(key)?;
-            return Err(StreamError::ContentLengthShort { expected, sent });
+            return Err(FinishError::ContentLengthShort { expected, sent });
         }
         s.resp = Resp::Finished;
         self.discard_body(key);
@@ -330,7 +333,7 @@ impl WorkerConnection {
     /// The application failed: before the response, answers 500 with a short
     /// text body; after, sends `abort` (after the head and the body already
     /// queued, so the relay's caller sees the response start, then fail).
-    pub fn fail(&mut self, key: StreamKey) -> Result<(), StreamError> {
+    pub fn fail(&mut self, key: StreamKey) -> Result<(), UnknownStream> {
         let Some(s) = self.stream_mut(key)? else {
             return Ok(());
         };
@@ -438,9 +441,9 @@ impl WorkerConnection {
 
     /// The stream for a command: `Ok(None)` for a stream that existed and has
     /// gone (its commands are swallowed), an error for a key never issued.
-    fn stream_mut(&mut self, key: StreamKey) -> Result<Option<&mut Stream>, StreamError> {
+    fn stream_mut(&mut self, key: StreamKey) -> Result<Option<&mut Stream>, UnknownStream> {
         if key.0 == 0 || key.0 >= self.next_key {
-            return Err(StreamError::UnknownStream);
+            return Err(UnknownStream);
         }
         Ok(self.streams.get_mut(&key))
     }

@@ -83,7 +83,7 @@ pub use worker::{
     worker, ClientGone, Incoming, Request, RequestBody, Responder, ResponseSink, WorkerDriver,
 };
 
-use crate::proto::{RelayEnd, StreamError};
+use crate::proto::{FinishError, RelayEnd, WriteError};
 
 /// Why a body stream or sink failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -116,9 +116,14 @@ pub enum BodyError {
     /// connection was lost.
     #[error("the client has gone")]
     ClientGone,
-    /// The state machine refused the command.
+    /// The state machine refused the bytes (after the end, past the
+    /// Content-Length, before the response head).
     #[error(transparent)]
-    Stream(#[from] StreamError),
+    Write(#[from] WriteError),
+    /// The state machine refused to end the body (short of its
+    /// Content-Length: the stream was aborted instead).
+    #[error(transparent)]
+    Finish(#[from] FinishError),
 }
 
 impl From<RelayEnd> for BodyError {

@@ -8,7 +8,8 @@ use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{Message, RequestHead, ResponseHead};
 use crate::proto::{
-    BodyRead, RelayConfig, RelayConnection, RelayEnd, RelayEvent, Stats, StreamError, StreamKey,
+    BodyRead, FinishError, OpenError, RelayConfig, RelayConnection, RelayEnd, RelayEvent, Stats,
+    StreamKey, WriteError,
 };
 use bytes::Bytes;
 use futures_core::Stream;
@@ -39,21 +40,21 @@ pub enum RelayError {
     /// failed, as a malformed chunked body does). Answer 400.
     #[error("the request body was abandoned before its end")]
     RequestAborted,
-    /// The request could not be opened; [`StreamError::status`] says what
+    /// The request could not be opened; [`OpenError::status`] says what
     /// to answer (503, 405, 431, 414, 400, …).
     #[error(transparent)]
-    Stream(#[from] StreamError),
+    Open(#[from] OpenError),
 }
 
 impl RelayError {
     /// The HTTP status to answer the caller with: 502 when the worker is
     /// gone, aborted or broke the protocol, 400 for an abandoned request
-    /// body, and [`StreamError::status`] for a request that was refused.
+    /// body, and [`OpenError::status`] for a request that was refused.
     pub fn status(&self) -> u16 {
         match self {
             RelayError::WorkerGone | RelayError::WorkerAborted | RelayError::ProtocolError => 502,
             RelayError::RequestAborted => 400,
-            RelayError::Stream(e) => e.status(),
+            RelayError::Open(e) => e.status(),
         }
     }
 }
@@ -164,11 +165,11 @@ impl Side for Shared {
         end.is_failure().then(|| BodyError::from(end))
     }
 
-    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, StreamError> {
+    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
         self.conn.send_body(key, data)
     }
 
-    fn finish(&mut self, key: StreamKey) -> Result<(), StreamError> {
+    fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
         self.conn.finish(key)
     }
 
@@ -393,9 +394,13 @@ pub struct RequestSink {
 }
 
 impl RequestSink {
-    fn finish_now(&mut self) -> Result<(), StreamError> {
+    /// Ends a body-less request. Its only failure: a Content-Length that
+    /// announced a body (the stream is aborted), an invalid request.
+    fn finish_now(&mut self) -> Result<(), OpenError> {
         match self.core.finish_now(&self.guard.shared, self.guard.key) {
-            Err(BodyError::Stream(e)) => Err(e),
+            Err(BodyError::Finish(FinishError::ContentLengthShort { .. })) => {
+                Err(OpenError::InvalidContentLength)
+            }
             _ => Ok(()),
         }
     }

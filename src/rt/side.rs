@@ -5,7 +5,7 @@ use super::driver::{Closed, DriverError, Io, Machine, Pass};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::Message;
-use crate::proto::{StreamError, StreamKey};
+use crate::proto::{FinishError, StreamKey, WriteError};
 use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
@@ -23,8 +23,8 @@ pub(crate) trait Side {
     fn done(&mut self) {}
     /// Why the stream's output can no longer be written, if it cannot.
     fn write_error(&self, key: StreamKey) -> Option<BodyError>;
-    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, StreamError>;
-    fn finish(&mut self, key: StreamKey) -> Result<(), StreamError>;
+    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError>;
+    fn finish(&mut self, key: StreamKey) -> Result<(), FinishError>;
     fn set_write_waker(&mut self, key: StreamKey, waker: Waker);
 
     fn wake_driver(&mut self) {
@@ -105,7 +105,7 @@ impl SinkCore {
 
     pub fn start_send(&mut self, item: Bytes) -> Result<(), BodyError> {
         if self.closed {
-            return Err(BodyError::Stream(StreamError::AlreadyFinished));
+            return Err(BodyError::Write(WriteError::AlreadyFinished));
         }
         debug_assert!(self.pending.is_none(), "start_send without poll_ready");
         if !item.is_empty() {
@@ -139,7 +139,7 @@ impl SinkCore {
     ) -> Result<(), BodyError> {
         self.closed = true;
         let mut sh = lock(shared);
-        let r = sh.finish(key).map_err(BodyError::Stream);
+        let r = sh.finish(key).map_err(BodyError::Finish);
         sh.wake_driver();
         r
     }

@@ -7,7 +7,8 @@ use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{CloseCode, Message, RequestHead, ResponseHead, StreamId};
 use crate::proto::{
-    BodyRead, Stats, StreamError, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
+    BodyRead, FinishError, RespondError, Stats, StreamKey, WorkerConfig, WorkerConnection,
+    WorkerEnd, WorkerEvent, WriteError,
 };
 use bytes::Bytes;
 use futures_core::Stream;
@@ -63,11 +64,11 @@ impl Side for Shared {
         }
     }
 
-    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, StreamError> {
+    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
         self.conn.send_body(key, data)
     }
 
-    fn finish(&mut self, key: StreamKey) -> Result<(), StreamError> {
+    fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
         self.conn.finish(key)
     }
 
@@ -302,7 +303,7 @@ impl Responder {
     /// Starts the response; write the body into the sink and close it.
     /// After the client has gone, this still succeeds and what follows is
     /// swallowed.
-    pub fn respond(mut self, head: ResponseHead) -> Result<ResponseSink, StreamError> {
+    pub fn respond(mut self, head: ResponseHead) -> Result<ResponseSink, RespondError> {
         self.used = true;
         let mut sh = lock(&self.guard.shared);
         sh.conn.respond(self.guard.key, head)?;

@@ -16,9 +16,9 @@ use worker_relay::frame::{
     ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN, SUBPROTOCOL,
 };
 use worker_relay::proto::{
-    is_control_route, BodyRead, HandleError, RelayConfig, RelayConnection, RelayEnd, RelayEvent,
-    StreamError, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
-    MAX_PENDING_REFUSALS,
+    is_control_route, BodyRead, FinishError, HandleError, OpenError, RelayConfig, RelayConnection,
+    RelayEnd, RelayEvent, RespondError, StreamKey, UnknownStream, WorkerConfig, WorkerConnection,
+    WorkerEnd, WorkerEvent, WriteError, MAX_PENDING_REFUSALS,
 };
 
 pub(crate) const TCHARS: &[u8] =

@@ -16,9 +16,9 @@ use worker_relay::frame::{
     ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN, SUBPROTOCOL,
 };
 use worker_relay::proto::{
-    is_control_route, BodyRead, HandleError, RelayConfig, RelayConnection, RelayEnd, RelayEvent,
-    StreamError, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
-    MAX_PENDING_REFUSALS,
+    is_control_route, BodyRead, FinishError, HandleError, OpenError, RelayConfig, RelayConnection,
+    RelayEnd, RelayEvent, RespondError, StreamKey, UnknownStream, WorkerConfig, WorkerConnection,
+    WorkerEnd, WorkerEvent, WriteError, MAX_PENDING_REFUSALS,
 };
 
 /// The relay's view of one stream (one caller's request).
@@ -452,24 +452,24 @@ impl RelayHarness {
             head.path()
         );
         if self.closed {
-            assert_eq!(res, Err(StreamError::ConnectionClosed));
+            assert_eq!(res, Err(OpenError::ConnectionClosed));
             return;
         }
         if ["CONNECT", "TRACE"]
             .iter()
             .any(|m| m.eq_ignore_ascii_case(head.method()))
         {
-            assert_eq!(res, Err(StreamError::MethodNotAllowed));
+            assert_eq!(res, Err(OpenError::MethodNotAllowed));
             return;
         }
         let expected = RequestHead::new(head.method(), head.path(), head.query(), filtered.clone())
             .expect("still valid");
         if let Err(e) = self.cfg.head_limits().check_request(&expected) {
-            assert_eq!(res, Err(StreamError::HeadOverLimit(e)));
+            assert_eq!(res, Err(OpenError::HeadOverLimit(e)));
             return;
         }
         let Ok(cl) = filtered.content_length() else {
-            assert_eq!(res, Err(StreamError::InvalidContentLength));
+            assert_eq!(res, Err(OpenError::InvalidContentLength));
             return;
         };
         let limit = if is_control_route(&head) {
@@ -480,7 +480,7 @@ impl RelayHarness {
                 .max(1)
         };
         if before >= limit {
-            assert_eq!(res, Err(StreamError::TooManyStreams { limit }));
+            assert_eq!(res, Err(OpenError::TooManyStreams { limit }));
             return;
         }
         let key = res.expect("open_stream within the bounds");
@@ -536,7 +536,7 @@ impl RelayHarness {
         let res = self.r.send_body(key, data.clone());
         trace!("relay app: send_body({key:?}, {len} bytes) = {res:?} (capacity {cap})");
         let Some(k) = self.keys.get_mut(&key) else {
-            assert_eq!(res, Err(StreamError::UnknownStream));
+            assert_eq!(res, Err(WriteError::UnknownStream));
             return;
         };
         if !k.live || k.orphaned {
@@ -544,11 +544,11 @@ impl RelayHarness {
             return;
         }
         if !k.writing {
-            assert_eq!(res, Err(StreamError::AlreadyFinished));
+            assert_eq!(res, Err(WriteError::AlreadyFinished));
             return;
         }
         if let Some(limit) = k.cl.filter(|&l| k.sent + len as u64 > l) {
-            assert_eq!(res, Err(StreamError::ContentLengthExceeded { limit }));
+            assert_eq!(res, Err(WriteError::ContentLengthExceeded { limit }));
             return;
         }
 
@@ -572,7 +572,7 @@ impl RelayHarness {
         let res = self.r.finish(key);
         trace!("relay app: finish({key:?}) = {res:?}");
         let Some(k) = self.keys.get_mut(&key) else {
-            assert_eq!(res, Err(StreamError::UnknownStream));
+            assert_eq!(res, Err(FinishError::UnknownStream));
             return;
         };
         if !k.live || k.orphaned {
@@ -580,14 +580,14 @@ impl RelayHarness {
             return;
         }
         if !k.writing {
-            assert_eq!(res, Err(StreamError::AlreadyFinished));
+            assert_eq!(res, Err(FinishError::AlreadyFinished));
             return;
         }
         match k.cl.filter(|&cl| k.sent < cl) {
             Some(expected) => {
                 assert_eq!(
                     res,
-                    Err(StreamError::ContentLengthShort {
+                    Err(FinishError::ContentLengthShort {
                         expected,
                         sent: k.sent
                     })

@@ -16,9 +16,9 @@ use worker_relay::frame::{
     ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN, SUBPROTOCOL,
 };
 use worker_relay::proto::{
-    is_control_route, BodyRead, HandleError, RelayConfig, RelayConnection, RelayEnd, RelayEvent,
-    StreamError, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
-    MAX_PENDING_REFUSALS,
+    is_control_route, BodyRead, FinishError, HandleError, OpenError, RelayConfig, RelayConnection,
+    RelayEnd, RelayEvent, RespondError, StreamKey, UnknownStream, WorkerConfig, WorkerConnection,
+    WorkerEnd, WorkerEvent, WriteError, MAX_PENDING_REFUSALS,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,12 +226,13 @@ impl WorkerHarness {
 
     /// The result of a command on a key the application never saw: refused,
     /// or (for a key the worker used for its own answers) swallowed.
-    fn check_unknown<T: PartialEq + std::fmt::Debug>(
+    fn check_unknown<T: PartialEq + std::fmt::Debug, E: PartialEq + std::fmt::Debug>(
         key: StreamKey,
-        got: &Result<T, StreamError>,
+        got: &Result<T, E>,
         swallowed: T,
+        unknown: E,
     ) {
-        let refused = got == &Err(StreamError::UnknownStream);
+        let refused = got == &Err(unknown);
         assert!(
             refused || (key.get() != 0 && got == &Ok(swallowed)),
             "command on unknown key {key:?}: {got:?}"
@@ -515,7 +516,7 @@ impl WorkerHarness {
         let r = self.w.respond(key, head.clone());
         trace!("worker app: respond({key:?}, {}) = {r:?}", head.status());
         if self.is_unknown(key) {
-            return Self::check_unknown(key, &r, ());
+            return Self::check_unknown(key, &r, (), RespondError::UnknownStream);
         }
         let k = self.keys.get_mut(&key).expect("known");
         if k.ended.is_some() {
@@ -523,16 +524,16 @@ impl WorkerHarness {
             return;
         }
         if k.resp != Resp::NotStarted {
-            assert_eq!(r, Err(StreamError::AlreadyResponded));
+            assert_eq!(r, Err(RespondError::AlreadyResponded));
             return;
         }
         let status = head.status();
         if !(200..=599).contains(&status) {
-            assert_eq!(r, Err(StreamError::InvalidHead(FrameError::InvalidStatus)));
+            assert_eq!(r, Err(RespondError::InvalidHead(FrameError::InvalidStatus)));
             return;
         }
         match head.headers().content_length() {
-            Err(_) => assert_eq!(r, Err(StreamError::InvalidContentLength)),
+            Err(_) => assert_eq!(r, Err(RespondError::InvalidContentLength)),
             Ok(cl) => {
                 assert_eq!(r, Ok(()));
                 k.resp = Resp::Started;
@@ -551,7 +552,7 @@ impl WorkerHarness {
         let r = self.w.send_body(key, data.clone());
         trace!("worker app: send_body({key:?}, {len} bytes) = {r:?} (capacity {cap})");
         if self.is_unknown(key) {
-            return Self::check_unknown(key, &r, len);
+            return Self::check_unknown(key, &r, len, WriteError::UnknownStream);
         }
         let k = self.keys.get_mut(&key).expect("known");
         if k.ended.is_some() {
@@ -559,12 +560,12 @@ impl WorkerHarness {
             return;
         }
         match k.resp {
-            Resp::NotStarted => assert_eq!(r, Err(StreamError::NotResponded)),
-            Resp::Finished => assert_eq!(r, Err(StreamError::AlreadyFinished)),
+            Resp::NotStarted => assert_eq!(r, Err(WriteError::NotResponded)),
+            Resp::Finished => assert_eq!(r, Err(WriteError::AlreadyFinished)),
             Resp::Started if k.bodiless => assert_eq!(r, Ok(len), "a bodiless body is swallowed"),
             Resp::Started => match k.cl {
                 Some(limit) if k.sent + len as u64 > limit => {
-                    assert_eq!(r, Err(StreamError::ContentLengthExceeded { limit }))
+                    assert_eq!(r, Err(WriteError::ContentLengthExceeded { limit }))
                 }
                 _ => {
                     let n = r.expect("send_body on a started response");
@@ -586,7 +587,7 @@ impl WorkerHarness {
         let r = self.w.finish(key);
         trace!("worker app: finish({key:?}) = {r:?}");
         if self.is_unknown(key) {
-            return Self::check_unknown(key, &r, ());
+            return Self::check_unknown(key, &r, (), FinishError::UnknownStream);
         }
         let k = self.keys.get_mut(&key).expect("known");
         if k.ended.is_some() {
@@ -594,14 +595,14 @@ impl WorkerHarness {
             return;
         }
         match k.resp {
-            Resp::NotStarted => assert_eq!(r, Err(StreamError::NotResponded)),
-            Resp::Finished => assert_eq!(r, Err(StreamError::AlreadyFinished)),
+            Resp::NotStarted => assert_eq!(r, Err(FinishError::NotResponded)),
+            Resp::Finished => assert_eq!(r, Err(FinishError::AlreadyFinished)),
             Resp::Started => {
                 match k.cl.filter(|&cl| k.sent < cl) {
                     Some(expected) => {
                         assert_eq!(
                             r,
-                            Err(StreamError::ContentLengthShort {
+                            Err(FinishError::ContentLengthShort {
                                 expected,
                                 sent: k.sent
                             })
@@ -620,7 +621,7 @@ impl WorkerHarness {
         let r = self.w.fail(key);
         trace!("worker app: fail({key:?}) = {r:?}");
         if self.is_unknown(key) {
-            return Self::check_unknown(key, &r, ());
+            return Self::check_unknown(key, &r, (), UnknownStream);
         }
         assert_eq!(r, Ok(()));
         let k = self.keys.get_mut(&key).expect("known");
