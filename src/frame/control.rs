@@ -202,6 +202,19 @@ impl ControlFrame {
         serde_json::to_string(&wire).expect("control frames always serialize")
     }
 
+    /// Encodes the frame, refusing it ([`FrameError::TooLarge`]) if it is
+    /// over the 1 MiB + 4 bytes a message may hold (a head with huge headers).
+    pub fn encode_checked(&self) -> Result<String, FrameError> {
+        let text = self.encode();
+        if text.len() > MAX_MESSAGE_LEN {
+            return Err(FrameError::TooLarge {
+                len: text.len(),
+                limit: MAX_MESSAGE_LEN,
+            });
+        }
+        Ok(text)
+    }
+
     /// Encodes the frame as a text [`Message`].
     pub fn to_message(&self) -> Message {
         Message::Text(self.encode())

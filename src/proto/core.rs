@@ -1,6 +1,7 @@
 //! What both state machines share: the output scheduler, the keepalive, the
 //! close message, the counters, and the first look at each message read.
 
+use super::config::Common;
 use super::outbound::{Outbound, Sent};
 use super::{CloseCause, HandleError, Stats};
 use super::{Keepalive, KeepaliveConfig};
@@ -45,7 +46,13 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub fn new(out: Outbound, keepalive: Option<KeepaliveConfig>, limits: HeadLimits) -> Core {
+    pub fn new(config: &Common) -> Core {
+        let out = Outbound::new(
+            config.max_queued_per_stream,
+            config.max_queued,
+            config.chunk_size,
+        );
+        let (keepalive, limits) = (config.keepalive, config.head_limits);
         Core {
             limits,
             cause: None,
@@ -223,3 +230,96 @@ impl Core {
         self.stats.body_buffered_in_max = self.stats.body_buffered_in_max.max(unread as u64);
     }
 }
+
+/// What both machines say and do the same way over their `core`, `events`,
+/// `streams` and key counter: the getters and closing commands, the event
+/// drain (which first turns room freed in the send queues into `Writable`),
+/// and the key check of every command.
+macro_rules! machine_common {
+    ($event:ident) => {
+        /// Why the connection closed (`None` while it is open).
+        pub fn close_cause(&self) -> Option<&CloseCause> {
+            self.core.cause.as_ref()
+        }
+
+        /// Whether the connection is closed (nothing more is read; the
+        /// close message, if any, is the last one `poll_transmit` returns).
+        pub fn is_closed(&self) -> bool {
+            self.core.closed
+        }
+
+        /// Body bytes `send_body` would take now on this stream.
+        pub fn send_capacity(&self, key: StreamKey) -> usize {
+            self.core.out.capacity(key)
+        }
+
+        /// The socket is gone (end of stream, an error): every stream still
+        /// open ends with its `ConnectionLost`.
+        pub fn handle_lost(&mut self) {
+            self.lose(CloseCause::Lost);
+        }
+
+        /// Closes the connection with `code`: every stream still open ends
+        /// with its `ConnectionLost`, and the close message is the last one
+        /// emitted.
+        pub fn close(&mut self, code: CloseCode, reason: &str) {
+            self.close_with(code, reason, CloseCause::Local(code));
+        }
+
+        /// The next event for the application.
+        pub fn poll_event(&mut self) -> Option<$event> {
+            // Room freed by a dropped queue (an abort, an early answer)
+            // wakes refused senders even when nothing is transmitted.
+            for key in self.core.out.take_writable() {
+                self.events.push_back($event::Writable { key });
+            }
+            self.events.pop_front()
+        }
+
+        /// The stream for a command: `Ok(None)` for a stream that existed
+        /// and has gone (its commands are swallowed), an error for a key
+        /// never issued.
+        fn stream_mut(&mut self, key: StreamKey) -> Result<Option<&mut Stream>, UnknownStream> {
+            if key.0 == 0 || key.0 >= self.next_key {
+                return Err(UnknownStream);
+            }
+            Ok(self.streams.get_mut(&key))
+        }
+
+        /// The keepalive's part of `handle_timeout`; false once it found
+        /// the peer dead and closed the connection (1011).
+        fn keepalive_tick(&mut self, now: Instant) -> bool {
+            let paused = !self.wants_read();
+            if self.core.handle_timeout(now, paused) {
+                self.close_with(
+                    Keepalive::CLOSE_CODE,
+                    Keepalive::CLOSE_REASON,
+                    CloseCause::KeepaliveTimeout,
+                );
+                return false;
+            }
+            true
+        }
+
+        fn close_with(&mut self, code: CloseCode, reason: &str, cause: CloseCause) {
+            self.end_all(Some((code, reason)), cause);
+        }
+
+        fn lose(&mut self, cause: CloseCause) {
+            self.end_all(None, cause);
+        }
+    };
+}
+pub(crate) use machine_common;
+
+/// `Default` for a machine: a connection with the default configuration.
+macro_rules! default_machine {
+    ($machine:ident, $config:ident) => {
+        impl Default for $machine {
+            fn default() -> Self {
+                $machine::new($config::default())
+            }
+        }
+    };
+}
+pub(crate) use default_machine;

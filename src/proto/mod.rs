@@ -16,6 +16,7 @@ mod core;
 mod error;
 mod inbound;
 mod keepalive;
+mod length;
 mod outbound;
 mod relay;
 mod relay_config;

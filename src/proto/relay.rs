@@ -3,9 +3,10 @@
 //! itself: its response goes to an overflow store the application provides,
 //! and past a budget or a stall deadline that stream alone is given up.
 
-use super::core::{Core, Input};
+use super::core::{default_machine, machine_common, Core, Input};
 use super::inbound::{BodyRead, InBody};
-use super::outbound::{Outbound, SendAbort};
+use super::length::{no_body, Length};
+use super::outbound::SendAbort;
 pub use super::relay_config::{
     OverflowConfig, RelayConfig, RelayConfigBuilder, RelayEnd, RelayEvent,
 };
@@ -15,8 +16,7 @@ use super::{
     WriteError,
 };
 use crate::frame::{
-    CloseCode, ControlFrame, Decoded, FrameError, Message, RequestHead, ResponseHead, StreamId,
-    MAX_MESSAGE_LEN,
+    CloseCode, ControlFrame, Decoded, Message, RequestHead, ResponseHead, StreamId,
 };
 use bytes::Bytes;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -30,18 +30,16 @@ struct Stream {
     /// The stream is still in flight on the wire (its id is taken).
     on_wire: bool,
     response_started: bool,
-    content_length: Option<u64>,
-    sent: u64,
+    /// The request body against its Content-Length.
+    request: Length,
     body: InBody,
     /// The request is a HEAD: its response carries no body.
     head_request: bool,
     /// No response body is expected (a HEAD request, a 204 or 304
     /// response): chunks are dropped, Content-Length is not checked.
     bodiless: bool,
-    /// The response's Content-Length, if it announced one (and has a body).
-    response_length: Option<u64>,
-    /// Response body bytes received so far.
-    received: u64,
+    /// The response body against its Content-Length (none if bodiless).
+    response: Length,
     /// The application let go of a response complete by its Content-Length
     /// before the worker's `end` arrived, with its own request complete too:
     /// wait for that `end` quietly (what is queued of the request still goes).
@@ -58,7 +56,7 @@ struct Stream {
 impl Stream {
     /// Every byte of the response body has arrived (only `end` may be missing).
     fn response_complete(&self) -> bool {
-        self.response_started && (self.bodiless || self.response_length == Some(self.received))
+        self.response_started && (self.bodiless || self.response.complete())
     }
 
     /// Bytes in the application's overflow store (handed out by `poll_spill`).
@@ -118,27 +116,19 @@ pub struct RelayConnection {
     paused_since: Option<Instant>,
 }
 
-impl Default for RelayConnection {
-    fn default() -> Self {
-        RelayConnection::new(RelayConfig::default())
-    }
-}
+default_machine!(RelayConnection, RelayConfig);
 
 impl RelayConnection {
+    machine_common!(RelayEvent);
+
     /// A connection whose handshake has just completed.
     pub fn new(config: RelayConfig) -> RelayConnection {
-        let keepalive = config.keepalive;
-        let out = Outbound::new(
-            config.max_queued_per_stream,
-            config.max_queued,
-            config.chunk_size,
-        );
         RelayConnection {
             streams: HashMap::new(),
             ids: HashMap::new(),
             next_key: 1,
             next_id: StreamId::MIN,
-            core: Core::new(out, keepalive, config.head_limits),
+            core: Core::new(&config.common),
             config,
             events: VecDeque::new(),
             unread_bytes: 0,
@@ -161,22 +151,7 @@ impl RelayConnection {
     pub fn wants_read(&self) -> bool {
         !self.core.closed
             && self.blocked == 0
-            && self.unread_bytes + self.spill_backlog < self.config.max_unread_bytes
-    }
-
-    /// Why the connection closed (`None` while it is open).
-    pub fn close_cause(&self) -> Option<&CloseCause> {
-        self.core.cause.as_ref()
-    }
-
-    /// Whether the connection is closed.
-    pub fn is_closed(&self) -> bool {
-        self.core.closed
-    }
-
-    /// Request body bytes `send_body` would take now.
-    pub fn send_capacity(&self, key: StreamKey) -> usize {
-        self.core.out.capacity(key)
+            && self.unread_bytes + self.spill_backlog < self.config.common.max_unread_bytes
     }
 
     /// The wire id of a stream still in flight.
@@ -250,12 +225,6 @@ impl RelayConnection {
         Ok(())
     }
 
-    /// The socket is gone: every stream in flight ends with
-    /// [`RelayEnd::ConnectionLost`].
-    pub fn handle_lost(&mut self) {
-        self.lose(CloseCause::Lost);
-    }
-
     /// Advances time to `now`: arms the keepalive on the first call, emits a
     /// ping when one is due (ahead of queued body chunks), closes the
     /// connection (1011) when the worker is presumed dead, and gives up the
@@ -263,17 +232,11 @@ impl RelayConnection {
     /// `read_pause_timeout`. Extra calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.core.advance(now);
-        let paused = !self.wants_read();
-        if self.core.handle_timeout(now, paused) {
-            self.close_with(
-                Keepalive::CLOSE_CODE,
-                Keepalive::CLOSE_REASON,
-                CloseCause::KeepaliveTimeout,
-            );
+        if !self.keepalive_tick(now) {
             return;
         }
         while let Some(&(since, key)) = self.stalls.first() {
-            match since.checked_add(self.config.stall_timeout) {
+            match since.checked_add(self.config.stall_timeout.0) {
                 Some(deadline) if deadline <= now => self.give_up(key, RelayEnd::CallerStalled),
                 _ => break,
             }
@@ -282,7 +245,7 @@ impl RelayConnection {
         self.track_pause();
         let pause_over = self
             .paused_since
-            .and_then(|p| p.checked_add(self.config.read_pause_timeout))
+            .and_then(|p| p.checked_add(self.config.read_pause_timeout.0))
             .is_some_and(|d| d <= now);
         if pause_over && !self.core.closed {
             for key in self.pause_culprits() {
@@ -315,34 +278,18 @@ impl RelayConnection {
         }
         let filtered = head.headers().without_hop_by_hop();
         *head.headers_mut() = filtered;
-        self.config.head_limits.check_request(&head)?;
+        self.config.common.head_limits.check_request(&head)?;
         let content_length = head
             .headers()
             .content_length()
             .map_err(|_| OpenError::InvalidContentLength)?;
-        let limit = if super::is_control_route(&head) {
-            self.config.max_streams
-        } else {
-            self.config
-                .max_streams
-                .saturating_sub(self.config.reserved_streams)
-                .max(1)
-        };
+        let limit = self.config.common.stream_limit(&head);
         if self.streams.len() >= limit {
             return Err(OpenError::TooManyStreams { limit });
         }
         let head_request = head.method() == "HEAD";
         let id = self.alloc_id();
-        let frame = ControlFrame::Request { id, head };
-        let text = frame.encode();
-        let len = text.len();
-        if len > MAX_MESSAGE_LEN {
-            return Err(FrameError::TooLarge {
-                len,
-                limit: MAX_MESSAGE_LEN,
-            }
-            .into());
-        }
+        let text = ControlFrame::Request { id, head }.encode_checked()?;
         let key = StreamKey(self.next_key);
         self.next_key += 1;
         self.next_id = id.next_wrapping();
@@ -354,13 +301,11 @@ impl RelayConnection {
                 writing: true,
                 on_wire: true,
                 response_started: false,
-                content_length,
-                sent: 0,
+                request: Length::new(content_length),
                 body: InBody::new(),
                 head_request,
                 bodiless: false,
-                response_length: None,
-                received: 0,
+                response: Length::default(),
                 orphaned: false,
                 stall_since: None,
                 backlog: 0,
@@ -387,14 +332,10 @@ impl RelayConnection {
         if !s.writing {
             return Err(WriteError::AlreadyFinished);
         }
-        if let Some(limit) = s.content_length {
-            if s.sent + len as u64 > limit {
-                return Err(WriteError::ContentLengthExceeded { limit });
-            }
-        }
+        s.request.check_write(len)?;
         let n = self.core.out.write(key, data);
         if let Some(s) = self.streams.get_mut(&key) {
-            s.sent += n as u64;
+            s.request.add(n);
             // An application still sending the request is busy with the
             // stream, not stalled (it reads the response after, as many
             // HTTP/1 clients do): its deadline restarts.
@@ -417,10 +358,9 @@ impl RelayConnection {
         if !s.writing {
             return Err(FinishError::AlreadyFinished);
         }
-        if let Some(expected) = s.content_length.filter(|&cl| s.sent < cl) {
-            let sent = s.sent;
+        if let Err(e) = s.request.check_finish() {
             self.abort(key);
-            return Err(FinishError::ContentLengthShort { expected, sent });
+            return Err(e);
         }
         s.writing = false;
         self.core.out.finish(key);
@@ -520,12 +460,6 @@ impl RelayConnection {
         Ok(())
     }
 
-    /// Closes the connection with `code`; every stream in flight ends with
-    /// [`RelayEnd::ConnectionLost`].
-    pub fn close(&mut self, code: CloseCode, reason: &str) {
-        self.close_with(code, reason, CloseCause::Local(code));
-    }
-
     // ----- drains -----
 
     /// The next message to write to the socket.
@@ -535,16 +469,6 @@ impl RelayConnection {
             self.events.push_back(RelayEvent::Writable { key });
         }
         Some(msg)
-    }
-
-    /// The next event for the application.
-    pub fn poll_event(&mut self) -> Option<RelayEvent> {
-        // Room freed by a dropped queue (an abort, the worker's early answer)
-        // wakes refused senders even when nothing is transmitted.
-        for key in self.core.out.take_writable() {
-            self.events.push_back(RelayEvent::Writable { key });
-        }
-        self.events.pop_front()
     }
 
     /// The next chunk to append to its stream's overflow store (only with
@@ -570,10 +494,10 @@ impl RelayConnection {
         let stall = self
             .stalls
             .first()
-            .and_then(|(since, _)| since.checked_add(self.config.stall_timeout));
+            .and_then(|(since, _)| since.checked_add(self.config.stall_timeout.0));
         let pause = self
             .paused_since
-            .and_then(|p| p.checked_add(self.config.read_pause_timeout));
+            .and_then(|p| p.checked_add(self.config.read_pause_timeout.0));
         [self.core.poll_timeout(), stall, pause]
             .into_iter()
             .flatten()
@@ -603,17 +527,10 @@ impl RelayConnection {
         id
     }
 
-    fn stream_mut(&mut self, key: StreamKey) -> Result<Option<&mut Stream>, UnknownStream> {
-        if key.0 == 0 || key.0 >= self.next_key {
-            return Err(UnknownStream);
-        }
-        Ok(self.streams.get_mut(&key))
-    }
-
     /// Runs `f` on a stream's body, keeping the connection's tallies (bytes
     /// held, streams at their chunk bound, bytes spilled) in step.
     fn body_op<R>(&mut self, key: StreamKey, f: impl FnOnce(&mut InBody) -> R) -> R {
-        let limit = self.config.max_unread_chunks;
+        let limit = self.config.common.max_unread_chunks;
         let b = &mut self.streams.get_mut(&key).expect("a held stream").body;
         let (bytes, chunks, spilled) = (b.bytes(), b.chunks(), b.spilled());
         let r = f(b);
@@ -709,7 +626,7 @@ impl RelayConnection {
     /// The streams that hold reading paused: those at their chunk bound, or
     /// else the one holding the most memory.
     fn pause_culprits(&self) -> Vec<StreamKey> {
-        let limit = self.config.max_unread_chunks;
+        let limit = self.config.common.max_unread_chunks;
         let mut keys: Vec<StreamKey> = self
             .streams
             .iter()
@@ -805,7 +722,7 @@ impl RelayConnection {
             ControlFrame::Response { head, .. } if !started => self.on_response(key, head),
             ControlFrame::End { .. } if started => {
                 let s = &self.streams[&key];
-                let short = !s.bodiless && s.response_length.is_some_and(|cl| s.received < cl);
+                let short = !s.bodiless && s.response.short();
                 // The worker has ended its side either way: no `abort`.
                 let reason = if short {
                     RelayEnd::ProtocolError
@@ -834,8 +751,8 @@ impl RelayConnection {
         };
         let s = self.streams.get_mut(&key).expect("in flight");
         s.response_started = true;
-        s.bodiless = s.head_request || status == 204 || status == 304;
-        s.response_length = if s.bodiless { None } else { length };
+        s.bodiless = no_body(s.head_request, status);
+        s.response = Length::new(if s.bodiless { None } else { length });
         self.events.push_back(RelayEvent::Response { key, head });
     }
 
@@ -855,21 +772,19 @@ impl RelayConnection {
             return;
         }
         let n = data.len();
-        if s.response_length
-            .is_some_and(|cl| s.received + n as u64 > cl)
-        {
+        if !s.response.fits(n) {
             self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always);
             return;
         }
-        s.received += n as u64;
+        s.response.add(n);
         if n == 0 || !s.body.is_reading() {
             return;
         }
         let spill = self.config.overflow.filter(|ov| {
             s.body.spilled() > 0
-                || s.body.chunks() >= self.config.max_unread_chunks
+                || s.body.chunks() >= self.config.common.max_unread_chunks
                 || s.body.bytes() + n > ov.memory_per_stream
-                || self.unread_bytes + n > self.config.max_unread_bytes
+                || self.unread_bytes + n > self.config.common.max_unread_bytes
         });
         if let Some(ov) = spill {
             if s.body.spilled() + n as u64 > ov.max_per_stream
@@ -891,14 +806,6 @@ impl RelayConnection {
             }
         }
         self.note_waiting(key);
-    }
-
-    fn close_with(&mut self, code: CloseCode, reason: &str, cause: CloseCause) {
-        self.end_all(Some((code, reason)), cause);
-    }
-
-    fn lose(&mut self, cause: CloseCause) {
-        self.end_all(None, cause);
     }
 
     /// The connection is over: every stream in flight ends with `ConnectionLost`.

@@ -1,9 +1,10 @@
 //! The relay machine's configuration, events and stream ends.
 
-use super::config::{at_least_one, config_builder, positive, ConfigError};
-use super::KeepaliveConfig;
+use super::config::{
+    at_least_one, common_accessors, config_builder, positive, Common, ConfigError,
+};
 use super::StreamKey;
-use crate::frame::{HeadLimits, ResponseHead, MAX_CHUNK_BODY};
+use crate::frame::ResponseHead;
 use std::time::Duration;
 
 /// Bounds of a [`RelayConnection`](super::RelayConnection). Every queue is
@@ -24,40 +25,42 @@ use std::time::Duration;
 /// assert!(RelayConfig::builder().max_streams(0).build().is_err());
 /// # Ok::<(), worker_relay::proto::ConfigError>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RelayConfig {
-    pub(crate) max_streams: usize,
-    pub(crate) reserved_streams: usize,
-    pub(crate) max_queued_per_stream: usize,
-    pub(crate) max_queued: usize,
-    pub(crate) max_unread_chunks: usize,
-    pub(crate) max_unread_bytes: usize,
-    pub(crate) chunk_size: usize,
-    pub(crate) keepalive: Option<KeepaliveConfig>,
-    pub(crate) head_limits: HeadLimits,
-    pub(crate) refused_methods: Vec<String>,
+    pub(crate) common: Common,
+    pub(crate) refused_methods: RefusedMethods,
     pub(crate) overflow: Option<OverflowConfig>,
-    pub(crate) stall_timeout: Duration,
-    pub(crate) read_pause_timeout: Duration,
+    pub(crate) stall_timeout: StallTimeout,
+    pub(crate) read_pause_timeout: ReadPauseTimeout,
 }
 
-impl Default for RelayConfig {
+/// `CONNECT` and `TRACE` by default.
+#[derive(Debug, Clone)]
+pub(crate) struct RefusedMethods(pub Vec<String>);
+
+impl Default for RefusedMethods {
     fn default() -> Self {
-        RelayConfig {
-            max_streams: 1024,
-            reserved_streams: 16,
-            max_queued_per_stream: 2 << 20,
-            max_queued: 8 << 20,
-            max_unread_chunks: 16,
-            max_unread_bytes: 64 << 20,
-            chunk_size: MAX_CHUNK_BODY,
-            keepalive: Some(KeepaliveConfig::default()),
-            head_limits: HeadLimits::default(),
-            refused_methods: vec!["CONNECT".into(), "TRACE".into()],
-            overflow: None,
-            stall_timeout: Duration::from_secs(60),
-            read_pause_timeout: Duration::from_secs(10),
-        }
+        RefusedMethods(vec!["CONNECT".into(), "TRACE".into()])
+    }
+}
+
+/// 60 s by default.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StallTimeout(pub Duration);
+
+impl Default for StallTimeout {
+    fn default() -> Self {
+        StallTimeout(Duration::from_secs(60))
+    }
+}
+
+/// 10 s by default.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadPauseTimeout(pub Duration);
+
+impl Default for ReadPauseTimeout {
+    fn default() -> Self {
+        ReadPauseTimeout(Duration::from_secs(10))
     }
 }
 
@@ -65,43 +68,6 @@ config_builder! {
     /// Builds a [`RelayConfig`]: each setter is documented on the getter of
     /// the same name.
     RelayConfigBuilder for RelayConfig {
-        /// Requests in flight at once on this connection (streams held,
-        /// counting those whose response body is not read yet). Default 1024.
-        max_streams: usize,
-        /// Of `max_streams`, how many only the protocol's control routes may
-        /// use (`GET /health` and `POST /v1/executions/{id}/cancel`, see
-        /// [`is_control_route`](super::is_control_route)), so a burst of long
-        /// dispatches cannot lock out a cancel or a health check. Other
-        /// requests are refused past `max_streams - reserved_streams`.
-        /// Default 16; must be below `max_streams`.
-        reserved_streams: usize,
-        /// Request body bytes queued per stream before its sink is not ready.
-        /// Default 2 MiB; at most `max_queued`.
-        max_queued_per_stream: usize,
-        /// Request body bytes queued over all streams. Default 8 MiB.
-        max_queued: usize,
-        /// Unread response chunks held in memory per stream. Without
-        /// [`overflow`](RelayConfig::overflow), reading pauses when a stream
-        /// holds this many (for at most
-        /// [`read_pause_timeout`](RelayConfig::read_pause_timeout)); with it,
-        /// the stream's further chunks go to the overflow. Default 16.
-        max_unread_chunks: usize,
-        /// Unread response bytes held in memory over all streams (and chunks
-        /// waiting for the overflow store) before reading pauses. Default 64 MiB.
-        max_unread_bytes: usize,
-        /// Largest body chunk emitted. Default and maximum 1 MiB.
-        chunk_size: usize,
-        /// Pings and the pong deadline (spec: every 20 s, dead after 20 s
-        /// without a pong, here also without any progress of our output).
-        /// Armed by the first `handle_timeout(now)`. Default: on, with the
-        /// spec's values, so a frozen worker fails its callers within 40 s.
-        keepalive: Option<KeepaliveConfig>,
-        /// Bounds on every request head opened and every response head read.
-        /// A request over them is refused by `open_stream`
-        /// ([`OpenError::HeadOverLimit`](super::OpenError::HeadOverLimit):
-        /// 431, 414 or 400); a response over them fails its stream
-        /// ([`RelayEnd::ProtocolError`]: 502). Every bound must be at least 1.
-        head_limits: HeadLimits,
         /// Where a response goes that its caller reads more slowly than the
         /// worker sends it: `None` (the default for the bare machine) holds
         /// it in memory only, and pauses reading for it; `Some` sends it to
@@ -109,20 +75,29 @@ config_builder! {
         /// `refill`), as nginx buffers to temporary files, so the worker's
         /// other streams never wait.
         overflow: Option<OverflowConfig>,
-        /// The longest the application may read nothing of a stream whose
-        /// response data waits for it (nor send any of its request body),
-        /// before that stream is given up ([`RelayEnd::CallerStalled`]: the
-        /// caller's response ends failed, the worker gets `abort`, memory and
-        /// overflow are freed). Also how long a response the application let
-        /// go of may wait for the worker's `end`. Default 60 s (nginx's
-        /// `send_timeout`).
-        stall_timeout: Duration,
-        /// The longest reading may stay paused because responses are not
-        /// read: then the streams holding it are given up
-        /// ([`RelayEnd::CallerStalled`]). Default 10 s: well inside a
-        /// 20 s / 20 s keepalive, so a worker whose pings wait unread behind
-        /// a slow caller's data never gives up on us.
-        read_pause_timeout: Duration,
+    }
+}
+
+common_accessors!(RelayConfigBuilder for RelayConfig);
+
+impl RelayConfig {
+    /// The longest the application may read nothing of a stream whose
+    /// response data waits for it (nor send any of its request body),
+    /// before that stream is given up ([`RelayEnd::CallerStalled`]: the
+    /// caller's response ends failed, the worker gets `abort`, memory and
+    /// overflow are freed). Also how long a response the application let go
+    /// of may wait for the worker's `end`. Default 60 s (nginx's
+    /// `send_timeout`).
+    pub fn stall_timeout(&self) -> Duration {
+        self.stall_timeout.0
+    }
+
+    /// The longest reading may stay paused because responses are not read:
+    /// then the streams holding it are given up ([`RelayEnd::CallerStalled`]).
+    /// Default 10 s: well inside a 20 s / 20 s keepalive, so a worker whose
+    /// pings wait unread behind a slow caller's data never gives up on us.
+    pub fn read_pause_timeout(&self) -> Duration {
+        self.read_pause_timeout.0
     }
 }
 
@@ -133,7 +108,7 @@ impl RelayConfig {
     /// protocol cannot carry) and `TRACE` (it would echo the caller's
     /// credentials back through the worker).
     pub fn refused_methods(&self) -> &[String] {
-        &self.refused_methods
+        &self.refused_methods.0
     }
 
     /// Whether `open_stream` refuses `method` (see
@@ -141,30 +116,20 @@ impl RelayConfig {
     /// it maps the request (a `CONNECT` has no path to map).
     pub fn refuses_method(&self, method: &str) -> bool {
         self.refused_methods
+            .0
             .iter()
             .any(|m| m.eq_ignore_ascii_case(method))
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        let c = self;
-        at_least_one("max_streams", c.max_streams as u64)?;
-        if c.reserved_streams >= c.max_streams {
-            return Err(ConfigError::new(
-                "reserved_streams",
-                "(16 by default) must be below max_streams: set both",
-            ));
-        }
-        validate_queues(c.max_queued_per_stream, c.max_queued, c.chunk_size)?;
-        at_least_one("max_unread_chunks", c.max_unread_chunks as u64)?;
-        at_least_one("max_unread_bytes", c.max_unread_bytes as u64)?;
-        validate_head_limits(&c.head_limits)?;
-        if let Some(ov) = &c.overflow {
+        self.common.validate()?;
+        if let Some(ov) = &self.overflow {
             at_least_one("overflow.memory_per_stream", ov.memory_per_stream as u64)?;
             at_least_one("overflow.max_per_stream", ov.max_per_stream)?;
             at_least_one("overflow.max_total", ov.max_total)?;
         }
-        positive("stall_timeout", c.stall_timeout)?;
-        positive("read_pause_timeout", c.read_pause_timeout)
+        positive("stall_timeout", self.stall_timeout.0)?;
+        positive("read_pause_timeout", self.read_pause_timeout.0)
     }
 }
 
@@ -175,36 +140,21 @@ impl RelayConfigBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.0.refused_methods = methods.into_iter().map(Into::into).collect();
+        self.0.refused_methods = RefusedMethods(methods.into_iter().map(Into::into).collect());
         self
     }
-}
 
-/// The send queues' bounds and the chunk size, as both sides have them.
-pub(crate) fn validate_queues(
-    per_stream: usize,
-    total: usize,
-    chunk_size: usize,
-) -> Result<(), ConfigError> {
-    at_least_one("max_queued_per_stream", per_stream as u64)?;
-    if per_stream > total {
-        return Err(ConfigError::new(
-            "max_queued_per_stream",
-            "must not exceed max_queued",
-        ));
+    /// See [`RelayConfig::stall_timeout`]; longer than zero.
+    pub fn stall_timeout(mut self, value: Duration) -> Self {
+        self.0.stall_timeout = StallTimeout(value);
+        self
     }
-    if !(1..=MAX_CHUNK_BODY).contains(&chunk_size) {
-        return Err(ConfigError::new("chunk_size", "must be in 1..=1 MiB"));
-    }
-    Ok(())
-}
 
-/// Every head bound must be at least 1.
-pub(crate) fn validate_head_limits(l: &HeadLimits) -> Result<(), ConfigError> {
-    at_least_one("head_limits.max_headers", l.max_headers as u64)?;
-    at_least_one("head_limits.max_head_bytes", l.max_head_bytes as u64)?;
-    at_least_one("head_limits.max_target_len", l.max_target_len as u64)?;
-    at_least_one("head_limits.max_method_len", l.max_method_len as u64)
+    /// See [`RelayConfig::read_pause_timeout`]; longer than zero.
+    pub fn read_pause_timeout(mut self, value: Duration) -> Self {
+        self.0.read_pause_timeout = ReadPauseTimeout(value);
+        self
+    }
 }
 
 /// Bounds of the overflow store, in the spirit of nginx's
@@ -334,6 +284,7 @@ impl RelayEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frame::{HeadLimits, MAX_CHUNK_BODY};
 
     #[test]
     fn the_builder_refuses_nonsense_by_name() {

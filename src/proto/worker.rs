@@ -1,9 +1,10 @@
 //! The worker side: turns the relay's frames into requests for the
 //! application, and the application's responses into frames.
 
-use super::core::{Core, Input};
+use super::core::{default_machine, machine_common, Core, Input};
 use super::inbound::{BodyRead, InBody};
-use super::outbound::{Outbound, SendAbort};
+use super::length::{no_body, Length};
+use super::outbound::SendAbort;
 use super::Keepalive;
 use super::{
     CloseCause, FinishError, HandleError, RespondError, Stats, StreamKey, UnknownStream,
@@ -11,7 +12,7 @@ use super::{
 };
 use crate::frame::{
     self, CloseCode, ControlFrame, Decoded, FrameError, Headers, Message, RequestHead,
-    ResponseHead, StreamId, MAX_MESSAGE_LEN,
+    ResponseHead, StreamId,
 };
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
@@ -85,17 +86,16 @@ enum Resp {
 struct Stream {
     id: StreamId,
     body: InBody,
-    /// The request's Content-Length, and the body bytes received.
-    request_length: Option<u64>,
-    received: u64,
+    /// The request body against its Content-Length.
+    request: Length,
     /// The request is a HEAD: its response carries no body.
     head_request: bool,
     resp: Resp,
     failed: bool,
     /// The response has no body (HEAD, 204, 304): body bytes are swallowed.
     bodiless: bool,
-    content_length: Option<u64>,
-    sent: u64,
+    /// The response body against its Content-Length (none if bodiless).
+    response: Length,
 }
 
 /// The worker side of one connection. Sans-IO: see the crate docs for the run loop.
@@ -123,28 +123,20 @@ pub struct WorkerConnection {
     unread_bytes: usize,
 }
 
-impl Default for WorkerConnection {
-    fn default() -> Self {
-        WorkerConnection::new(WorkerConfig::default())
-    }
-}
+default_machine!(WorkerConnection, WorkerConfig);
 
 impl WorkerConnection {
+    machine_common!(WorkerEvent);
+
     /// A connection that has just completed its handshake.
     pub fn new(config: WorkerConfig) -> WorkerConnection {
-        let (keepalive, limits) = (config.keepalive, config.head_limits);
-        let out = Outbound::new(
-            config.max_queued_per_stream,
-            config.max_queued,
-            config.chunk_size,
-        );
         WorkerConnection {
+            core: Core::new(&config.common),
             config,
             streams: HashMap::new(),
             ids: HashMap::new(),
             answering: HashMap::new(),
             next_key: 1,
-            core: Core::new(out, keepalive, limits),
             events: VecDeque::new(),
             unread_bytes: 0,
         }
@@ -160,27 +152,11 @@ impl WorkerConnection {
     pub fn wants_read(&self) -> bool {
         !self.core.closed
             && self.answering.len() < MAX_PENDING_REFUSALS
-            && self.unread_bytes < self.config.max_unread_bytes
+            && self.unread_bytes < self.config.common.max_unread_bytes
             && self
                 .streams
                 .values()
-                .all(|s| s.body.chunks() < self.config.max_unread_chunks)
-    }
-
-    /// Why the connection closed (`None` while it is open).
-    pub fn close_cause(&self) -> Option<&CloseCause> {
-        self.core.cause.as_ref()
-    }
-
-    /// Whether the connection is closed (nothing more will be read or sent
-    /// once `poll_transmit` has returned the close message).
-    pub fn is_closed(&self) -> bool {
-        self.core.closed
-    }
-
-    /// Response bytes `send_body` would take now for this request.
-    pub fn send_capacity(&self, key: StreamKey) -> usize {
-        self.core.out.capacity(key)
+                .all(|s| s.body.chunks() < self.config.common.max_unread_chunks)
     }
 
     /// The connection's counters.
@@ -217,24 +193,11 @@ impl WorkerConnection {
         Ok(())
     }
 
-    /// The socket is gone (error, EOF or close): every open request is told
-    /// its client has gone.
-    pub fn handle_lost(&mut self) {
-        self.lose(CloseCause::Lost);
-    }
-
     /// Advances time to `now`: arms the keepalive on the first call, emits a
     /// ping when one is due (ahead of queued body chunks), and closes the
     /// connection (1011) when a pong is overdue. Extra calls are harmless.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let paused = !self.wants_read();
-        if self.core.handle_timeout(now, paused) {
-            self.close_with(
-                Keepalive::CLOSE_CODE,
-                Keepalive::CLOSE_REASON,
-                CloseCause::KeepaliveTimeout,
-            );
-        }
+        self.keepalive_tick(now);
     }
 
     // ----- application commands -----
@@ -258,21 +221,12 @@ impl WorkerConnection {
             .headers()
             .content_length()
             .map_err(|_| RespondError::InvalidContentLength)?;
-        let bodiless = s.head_request || status == 204 || status == 304;
+        let bodiless = no_body(s.head_request, status);
         let content_length = if bodiless { None } else { content_length };
-        let frame = ControlFrame::Response { id: s.id, head };
-        let text = frame.encode();
-        let len = text.len();
-        if len > MAX_MESSAGE_LEN {
-            return Err(FrameError::TooLarge {
-                len,
-                limit: MAX_MESSAGE_LEN,
-            }
-            .into());
-        }
+        let text = ControlFrame::Response { id: s.id, head }.encode_checked()?;
         s.resp = Resp::Started;
         s.bodiless = bodiless;
-        s.content_length = content_length;
+        s.response = Length::new(content_length);
         let id = s.id;
         self.core.out.push_stream_message(key, Message::Text(text));
         self.core.out.open(key, id);
@@ -296,14 +250,10 @@ impl WorkerConnection {
         if s.bodiless {
             return Ok(len);
         }
-        if let Some(limit) = s.content_length {
-            if s.sent + len as u64 > limit {
-                return Err(WriteError::ContentLengthExceeded { limit });
-            }
-        }
+        s.response.check_write(len)?;
         let n = self.core.out.write(key, data);
         if let Some(s) = self.streams.get_mut(&key) {
-            s.sent += n as u64;
+            s.response.add(n);
         }
         Ok(n)
     }
@@ -319,10 +269,9 @@ impl WorkerConnection {
             Resp::Finished => return Err(FinishError::AlreadyFinished),
             Resp::Started => {}
         }
-        if let Some(expected) = s.content_length.filter(|&cl| s.sent < cl) {
-            let sent = s.sent;
-            self.fail(key)?;
-            return Err(FinishError::ContentLengthShort { expected, sent });
+        if let Err(e) = s.response.check_finish() {
+            self.fail(key).map_err(|_| FinishError::UnknownStream)?;
+            return Err(e);
         }
         s.resp = Resp::Finished;
         self.discard_body(key);
@@ -392,12 +341,6 @@ impl WorkerConnection {
         }
     }
 
-    /// Closes the connection with `code`: every open request is told its
-    /// client has gone and the close message is the last one emitted.
-    pub fn close(&mut self, code: CloseCode, reason: &str) {
-        self.close_with(code, reason, CloseCause::Local(code));
-    }
-
     // ----- drains -----
 
     /// The next message to write to the socket.
@@ -422,31 +365,12 @@ impl WorkerConnection {
         Some(msg)
     }
 
-    /// The next event for the application.
-    pub fn poll_event(&mut self) -> Option<WorkerEvent> {
-        // Room freed by a dropped queue (an abort, an early answer) wakes
-        // refused senders even when nothing is transmitted.
-        for key in self.core.out.take_writable() {
-            self.events.push_back(WorkerEvent::Writable { key });
-        }
-        self.events.pop_front()
-    }
-
     /// When `handle_timeout` wants to be called next (`None`: no timer).
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.core.poll_timeout()
     }
 
     // ----- internals -----
-
-    /// The stream for a command: `Ok(None)` for a stream that existed and has
-    /// gone (its commands are swallowed), an error for a key never issued.
-    fn stream_mut(&mut self, key: StreamKey) -> Result<Option<&mut Stream>, UnknownStream> {
-        if key.0 == 0 || key.0 >= self.next_key {
-            return Err(UnknownStream);
-        }
-        Ok(self.streams.get_mut(&key))
-    }
 
     fn ended(&mut self, key: StreamKey, reason: WorkerEnd) {
         self.core.stats.streams_closed += 1;
@@ -459,7 +383,7 @@ impl WorkerConnection {
             ControlFrame::End { id } => match self.ids.get(&id) {
                 Some(&key) => {
                     let s = self.streams.get_mut(&key).expect("ids and streams agree");
-                    if s.body.is_reading() && s.request_length.is_some_and(|cl| s.received < cl) {
+                    if s.body.is_reading() && s.request.short() {
                         self.protocol_error(key);
                     } else if s.body.is_open() {
                         s.body.end();
@@ -546,14 +470,7 @@ impl WorkerConnection {
             self.refuse(id, 400, "Bad Request: invalid Content-Length");
             return;
         };
-        let limit = if super::is_control_route(&head) {
-            self.config.max_streams
-        } else {
-            self.config
-                .max_streams
-                .saturating_sub(self.config.reserved_streams)
-                .max(1)
-        };
+        let limit = self.config.common.stream_limit(&head);
         if self.streams.len() >= limit {
             // Refuse at once; later frames for this id are not open and ignored.
             self.core.stats.messages_ignored += 1;
@@ -571,14 +488,12 @@ impl WorkerConnection {
             Stream {
                 id,
                 body: InBody::new(),
-                request_length,
-                received: 0,
+                request: Length::new(request_length),
                 head_request,
                 resp: Resp::NotStarted,
                 failed: false,
                 bodiless: false,
-                content_length: None,
-                sent: 0,
+                response: Length::default(),
             },
         );
         self.core.stats.streams_opened += 1;
@@ -597,11 +512,11 @@ impl WorkerConnection {
             return;
         }
         if s.body.is_reading() {
-            s.received += data.len() as u64;
-            if s.request_length.is_some_and(|cl| s.received > cl) {
+            if !s.request.fits(data.len()) {
                 self.protocol_error(key);
                 return;
             }
+            s.request.add(data.len());
         }
         let was_empty = s.body.chunks() == 0;
         let held = s.body.push(data);
@@ -625,14 +540,6 @@ impl WorkerConnection {
         self.answering.insert(s.id, key);
         self.core.stats.protocol_errors += 1;
         self.ended(key, WorkerEnd::ProtocolError);
-    }
-
-    fn close_with(&mut self, code: CloseCode, reason: &str, cause: CloseCause) {
-        self.end_all(Some((code, reason)), cause);
-    }
-
-    fn lose(&mut self, cause: CloseCause) {
-        self.end_all(None, cause);
     }
 
     /// The connection is over: every open request is told its client has gone.

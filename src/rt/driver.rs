@@ -3,7 +3,11 @@
 
 use super::timer::{Sleep, Timer};
 use crate::frame::{CloseCode, CloseFrame, Message};
-use crate::proto::{CloseCause, HandleError, RelayConnection, WorkerConnection};
+use crate::proto::{
+    BodyRead, CloseCause, FinishError, HandleError, RelayConnection, StreamKey, WorkerConnection,
+    WriteError,
+};
+use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
 use std::pin::Pin;
@@ -20,6 +24,9 @@ pub(crate) trait Machine {
     fn wants_read(&self) -> bool;
     fn is_closed(&self) -> bool;
     fn close_cause(&self) -> Option<&CloseCause>;
+    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError>;
+    fn finish(&mut self, key: StreamKey) -> Result<(), FinishError>;
+    fn read_body(&mut self, key: StreamKey) -> BodyRead;
 }
 
 macro_rules! impl_machine {
@@ -48,6 +55,15 @@ macro_rules! impl_machine {
             }
             fn close_cause(&self) -> Option<&CloseCause> {
                 <$t>::close_cause(self)
+            }
+            fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
+                <$t>::send_body(self, key, data)
+            }
+            fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
+                <$t>::finish(self, key)
+            }
+            fn read_body(&mut self, key: StreamKey) -> BodyRead {
+                <$t>::read_body(self, key)
             }
         }
     };
@@ -128,11 +144,7 @@ pub(crate) enum Pass<E> {
     Done(Result<Closed, DriverError<E>>),
 }
 
-impl<S, T, E> Io<S, T>
-where
-    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
-    T: Timer,
-{
+impl<S, T> Io<S, T> {
     pub fn new(socket: S, timer: T) -> Io<S, T> {
         Io {
             socket,
@@ -144,7 +156,13 @@ where
             started: false,
         }
     }
+}
 
+impl<S, T, E> Io<S, T>
+where
+    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
+    T: Timer,
+{
     /// One pass over the socket and the timer.
     pub fn poll_io<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> Pass<E> {
         let mut progress = false;

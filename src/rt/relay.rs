@@ -1,15 +1,13 @@
 //! The relay side on any executor: send a request, get the response head and
 //! a body stream, or a typed error.
 
-use super::driver::{Closed, DriverError, Io};
 use super::overflow::{MemoryOverflow, Overflow, OverflowFile};
-use super::side::{impl_body_sink, lock, poll_driver, Side, SinkCore};
+use super::side::{self, driver_future, impl_body_sink, lock, poll_body, Side, SinkCore, Wakers};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{Message, RequestHead, ResponseHead};
 use crate::proto::{
-    BodyRead, FinishError, OpenError, RelayConfig, RelayConnection, RelayEnd, RelayEvent, Stats,
-    StreamKey, WriteError,
+    FinishError, OpenError, RelayConfig, RelayConnection, RelayEnd, RelayEvent, Stats, StreamKey,
 };
 use bytes::Bytes;
 use futures_core::Stream;
@@ -79,24 +77,8 @@ struct Slot {
     store: Option<Box<dyn OverflowFile>>,
     /// The overflow store failed: the stream was aborted here.
     store_failed: bool,
-    head_waker: Option<Waker>,
-    read_waker: Option<Waker>,
-    write_waker: Option<Waker>,
-}
-
-impl Slot {
-    fn wake_all(&mut self) {
-        for w in [
-            self.head_waker.take(),
-            self.read_waker.take(),
-            self.write_waker.take(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            w.wake();
-        }
-    }
+    /// `other` is the response future's.
+    wakers: Wakers,
 }
 
 struct Shared {
@@ -144,7 +126,7 @@ impl Shared {
         if let Some(slot) = self.slots.get_mut(&key) {
             slot.store_failed = true;
             slot.store = None;
-            slot.wake_all();
+            slot.wakers.wake_all();
         }
     }
 }
@@ -165,18 +147,41 @@ impl Side for Shared {
         end.is_failure().then(|| BodyError::from(end))
     }
 
-    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
-        self.conn.send_body(key, data)
+    fn wakers(&mut self, key: StreamKey) -> Option<&mut Wakers> {
+        self.slots.get_mut(&key).map(|s| &mut s.wakers)
     }
 
-    fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
-        self.conn.finish(key)
-    }
-
-    fn set_write_waker(&mut self, key: StreamKey, waker: Waker) {
-        if let Some(s) = self.slots.get_mut(&key) {
-            s.write_waker = Some(waker);
+    fn read_gone(&mut self, key: StreamKey) -> BodyError {
+        let closed = self.conn.is_closed();
+        match self.slots.remove(&key) {
+            Some(Slot {
+                store_failed: true, ..
+            }) => BodyError::Overflow,
+            // Completed on the wire, then given up: its reader took nothing
+            // for the stall deadline.
+            Some(Slot {
+                ended: Some(RelayEnd::Completed),
+                ..
+            }) if !closed => BodyError::Stalled,
+            Some(Slot {
+                ended: Some(end), ..
+            }) => end.into(),
+            Some(Slot {
+                abandoned: true, ..
+            }) => BodyError::RequestAborted,
+            _ => BodyError::ConnectionLost,
         }
+    }
+
+    fn read_end(&mut self, key: StreamKey) {
+        self.slots.remove(&key);
+    }
+
+    fn release(&mut self, key: StreamKey) {
+        // `abort` is a no-op for a stream that has already finished and been read.
+        self.conn.abort(key);
+        self.slots.remove(&key);
+        self.wake_driver();
     }
 
     fn dispatch(&mut self) {
@@ -204,7 +209,7 @@ impl Shared {
             RelayEvent::Response { key, head } => {
                 if let Some(s) = self.slots.get_mut(&key) {
                     s.head = Some(head);
-                    if let Some(w) = s.head_waker.take() {
+                    if let Some(w) = s.wakers.other.take() {
                         w.wake();
                     }
                 }
@@ -218,20 +223,20 @@ impl Shared {
                         // free the store now, not when the reader wakes.
                         s.store = None;
                     }
-                    if let Some(w) = s.read_waker.take() {
+                    if let Some(w) = s.wakers.read.take() {
                         w.wake();
                     }
                 }
             }
             RelayEvent::Writable { key } => {
-                if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.write_waker.take()) {
+                if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.wakers.write.take()) {
                     w.wake();
                 }
             }
             RelayEvent::Ended { key, reason, .. } => {
                 if let Some(s) = self.slots.get_mut(&key) {
                     s.ended = Some(reason);
-                    s.wake_all();
+                    s.wakers.wake_all();
                 }
             }
         }
@@ -278,30 +283,13 @@ where
         RelayHandle {
             shared: shared.clone(),
         },
-        RelayDriver {
-            shared,
-            io: Io::new(socket, timer),
-        },
+        RelayDriver::new(shared, socket, timer),
     )
 }
 
-/// The future that runs one relay connection; completes when it closes.
-pub struct RelayDriver<S, T> {
-    shared: SharedRef,
-    io: Io<S, T>,
-}
-
-impl<S, T, E> Future for RelayDriver<S, T>
-where
-    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
-    T: Timer + Unpin,
-{
-    type Output = Result<Closed, DriverError<E>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        poll_driver(&this.shared, &mut this.io, cx)
-    }
+driver_future! {
+    /// The future that runs one relay connection; completes when it closes.
+    RelayDriver over Shared
 }
 
 /// Sends requests over one relay connection.
@@ -372,20 +360,7 @@ impl RelayHandle {
 }
 
 /// Aborts the stream when the caller's last handle on it goes away early.
-struct Guard {
-    shared: SharedRef,
-    key: StreamKey,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let mut sh = lock(&self.shared);
-        // `abort` is a no-op for a stream that has already finished and been read.
-        sh.conn.abort(self.key);
-        sh.slots.remove(&self.key);
-        sh.wake_driver();
-    }
-}
+type Guard = side::Guard<Shared>;
 
 /// The request body: a [`Sink`] of [`Bytes`]. `close` sends `end`.
 pub struct RequestSink {
@@ -416,7 +391,7 @@ impl Drop for RequestSink {
             if let Some(slot) = sh.slots.get_mut(&self.guard.key) {
                 // Whoever awaits the response learns it will not come.
                 slot.abandoned = true;
-                slot.wake_all();
+                slot.wakers.wake_all();
             }
             sh.wake_driver();
         }
@@ -461,7 +436,7 @@ impl Future for ResponseFuture {
         if slot.abandoned {
             return Poll::Ready(Err(RelayError::RequestAborted));
         }
-        slot.head_waker = Some(cx.waker().clone());
+        slot.wakers.other = Some(cx.waker().clone());
         Poll::Pending
     }
 }
@@ -478,50 +453,6 @@ impl Stream for ResponseBody {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(None);
-        }
-        let mut sh = lock(&this.guard.shared);
-        let key = this.guard.key;
-        match sh.conn.read_body(key) {
-            BodyRead::Data(d) => {
-                sh.wake_driver();
-                Poll::Ready(Some(Ok(d)))
-            }
-            BodyRead::End => {
-                this.done = true;
-                sh.slots.remove(&key);
-                Poll::Ready(None)
-            }
-            BodyRead::Gone => {
-                this.done = true;
-                let closed = sh.conn.is_closed();
-                let err = match sh.slots.remove(&key) {
-                    Some(Slot {
-                        store_failed: true, ..
-                    }) => BodyError::Overflow,
-                    // Completed on the wire, then given up: its reader
-                    // took nothing for the stall deadline.
-                    Some(Slot {
-                        ended: Some(RelayEnd::Completed),
-                        ..
-                    }) if !closed => BodyError::Stalled,
-                    Some(Slot {
-                        ended: Some(end), ..
-                    }) => end.into(),
-                    Some(Slot {
-                        abandoned: true, ..
-                    }) => BodyError::RequestAborted,
-                    _ => BodyError::ConnectionLost,
-                };
-                Poll::Ready(Some(Err(err)))
-            }
-            BodyRead::Pending => {
-                if let Some(s) = sh.slots.get_mut(&key) {
-                    s.read_waker = Some(cx.waker().clone());
-                }
-                Poll::Pending
-            }
-        }
+        poll_body(&this.guard, &mut this.done, cx)
     }
 }

@@ -5,12 +5,34 @@ use super::driver::{Closed, DriverError, Io, Machine, Pass};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::Message;
+use crate::proto::BodyRead;
 use crate::proto::{FinishError, StreamKey, WriteError};
 use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+
+/// The wakers a stream's handles wait on: its body reader, its body
+/// writer, and one more (the relay's response future, the worker's
+/// `client_gone`).
+#[derive(Default)]
+pub(crate) struct Wakers {
+    pub read: Option<Waker>,
+    pub write: Option<Waker>,
+    pub other: Option<Waker>,
+}
+
+impl Wakers {
+    pub fn wake_all(&mut self) {
+        for w in [self.read.take(), self.write.take(), self.other.take()]
+            .into_iter()
+            .flatten()
+        {
+            w.wake();
+        }
+    }
+}
 
 /// A side's state shared between its driver, its handles and its bodies.
 pub(crate) trait Side {
@@ -23,9 +45,28 @@ pub(crate) trait Side {
     fn done(&mut self) {}
     /// Why the stream's output can no longer be written, if it cannot.
     fn write_error(&self, key: StreamKey) -> Option<BodyError>;
-    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError>;
-    fn finish(&mut self, key: StreamKey) -> Result<(), FinishError>;
-    fn set_write_waker(&mut self, key: StreamKey, waker: Waker);
+    /// The stream's wakers, while its handles live.
+    fn wakers(&mut self, key: StreamKey) -> Option<&mut Wakers>;
+    /// The error a body read that found the stream gone stands for.
+    fn read_gone(&mut self, key: StreamKey) -> BodyError;
+    /// A body was read to its end.
+    fn read_end(&mut self, _key: StreamKey) {}
+    /// The last handle on the stream went away.
+    fn release(&mut self, key: StreamKey);
+
+    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
+        self.conn().send_body(key, data)
+    }
+
+    fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
+        self.conn().finish(key)
+    }
+
+    fn set_write_waker(&mut self, key: StreamKey, waker: Waker) {
+        if let Some(w) = self.wakers(key) {
+            w.write = Some(waker);
+        }
+    }
 
     fn wake_driver(&mut self) {
         if let Some(w) = self.driver_waker().take() {
@@ -33,6 +74,93 @@ pub(crate) trait Side {
         }
     }
 }
+
+/// A handle's hold on one stream; the last one to go tells the side.
+pub(crate) struct Guard<Sh: Side> {
+    pub shared: Arc<Mutex<Sh>>,
+    pub key: StreamKey,
+}
+
+impl<Sh: Side> Drop for Guard<Sh> {
+    fn drop(&mut self) {
+        lock(&self.shared).release(self.key);
+    }
+}
+
+/// One poll of a body stream (the relay's response body, the worker's
+/// request body): the next piece, the end, or the side's error.
+pub(crate) fn poll_body<Sh: Side>(
+    guard: &Guard<Sh>,
+    done: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Bytes, BodyError>>> {
+    if *done {
+        return Poll::Ready(None);
+    }
+    let mut sh = lock(&guard.shared);
+    let key = guard.key;
+    match sh.conn().read_body(key) {
+        BodyRead::Data(d) => {
+            // Reading may have un-paused the socket.
+            sh.wake_driver();
+            Poll::Ready(Some(Ok(d)))
+        }
+        BodyRead::End => {
+            *done = true;
+            sh.read_end(key);
+            Poll::Ready(None)
+        }
+        BodyRead::Pending => {
+            if let Some(w) = sh.wakers(key) {
+                w.read = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        }
+        _ => {
+            *done = true;
+            Poll::Ready(Some(Err(sh.read_gone(key))))
+        }
+    }
+}
+
+/// A side's driver: the future that runs one connection (`$doc` says which).
+macro_rules! driver_future {
+    ($(#[$doc:meta])* $name:ident over $shared:ty) => {
+        $(#[$doc])*
+        pub struct $name<S, T> {
+            shared: std::sync::Arc<std::sync::Mutex<$shared>>,
+            io: $crate::rt::driver::Io<S, T>,
+        }
+
+        impl<S, T> $name<S, T> {
+            fn new(shared: std::sync::Arc<std::sync::Mutex<$shared>>, socket: S, timer: T) -> Self {
+                $name {
+                    shared,
+                    io: $crate::rt::driver::Io::new(socket, timer),
+                }
+            }
+        }
+
+        impl<S, T, E> std::future::Future for $name<S, T>
+        where
+            S: futures_core::Stream<Item = Result<$crate::frame::Message, E>>
+                + futures_sink::Sink<$crate::frame::Message, Error = E>
+                + Unpin,
+            T: $crate::rt::Timer + Unpin,
+        {
+            type Output = Result<$crate::rt::Closed, $crate::rt::DriverError<E>>;
+
+            fn poll(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Self::Output> {
+                let this = self.get_mut();
+                $crate::rt::side::poll_driver(&this.shared, &mut this.io, cx)
+            }
+        }
+    };
+}
+pub(crate) use driver_future;
 
 /// Locks shared state; a panic elsewhere does not poison it for the others.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -1,14 +1,12 @@
 //! The worker side on any executor: a stream of incoming requests, each with
 //! its head, a body stream and a responder.
 
-use super::driver::{Closed, DriverError, Io};
-use super::side::{impl_body_sink, lock, poll_driver, Side, SinkCore};
+use super::side::{self, driver_future, impl_body_sink, lock, poll_body, Side, SinkCore, Wakers};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{CloseCode, Message, RequestHead, ResponseHead, StreamId};
 use crate::proto::{
-    BodyRead, FinishError, RespondError, Stats, StreamKey, WorkerConfig, WorkerConnection,
-    WorkerEnd, WorkerEvent, WriteError,
+    RespondError, Stats, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
 };
 use bytes::Bytes;
 use futures_core::Stream;
@@ -22,9 +20,8 @@ use std::task::{Context, Poll, Waker};
 #[derive(Default)]
 struct Slot {
     gone: Option<WorkerEnd>,
-    read_waker: Option<Waker>,
-    write_waker: Option<Waker>,
-    gone_waker: Option<Waker>,
+    /// `other` is `client_gone`'s.
+    wakers: Wakers,
 }
 
 struct Shared {
@@ -64,18 +61,19 @@ impl Side for Shared {
         }
     }
 
-    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
-        self.conn.send_body(key, data)
+    fn wakers(&mut self, key: StreamKey) -> Option<&mut Wakers> {
+        self.slots.get_mut(&key).map(|s| &mut s.wakers)
     }
 
-    fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
-        self.conn.finish(key)
-    }
-
-    fn set_write_waker(&mut self, key: StreamKey, waker: Waker) {
-        if let Some(s) = self.slots.get_mut(&key) {
-            s.write_waker = Some(waker);
+    fn read_gone(&mut self, key: StreamKey) -> BodyError {
+        match self.slots.get(&key).and_then(|s| s.gone) {
+            Some(WorkerEnd::ProtocolError) => BodyError::ProtocolError,
+            _ => BodyError::ClientGone,
         }
+    }
+
+    fn release(&mut self, key: StreamKey) {
+        self.slots.remove(&key);
     }
 
     fn dispatch(&mut self) {
@@ -89,28 +87,19 @@ impl Side for Shared {
                     }
                 }
                 WorkerEvent::Readable { key } => {
-                    if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.read_waker.take()) {
+                    if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.wakers.read.take()) {
                         w.wake();
                     }
                 }
                 WorkerEvent::Writable { key } => {
-                    if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.write_waker.take()) {
+                    if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.wakers.write.take()) {
                         w.wake();
                     }
                 }
                 WorkerEvent::Ended { key, reason } => {
                     if let Some(s) = self.slots.get_mut(&key) {
                         s.gone = Some(reason);
-                        for w in [
-                            s.read_waker.take(),
-                            s.write_waker.take(),
-                            s.gone_waker.take(),
-                        ]
-                        .into_iter()
-                        .flatten()
-                        {
-                            w.wake();
-                        }
+                        s.wakers.wake_all();
                     }
                 }
             }
@@ -139,30 +128,13 @@ where
         Incoming {
             shared: shared.clone(),
         },
-        WorkerDriver {
-            shared,
-            io: Io::new(socket, timer),
-        },
+        WorkerDriver::new(shared, socket, timer),
     )
 }
 
-/// The future that runs one worker connection; completes when it closes.
-pub struct WorkerDriver<S, T> {
-    shared: SharedRef,
-    io: Io<S, T>,
-}
-
-impl<S, T, E> Future for WorkerDriver<S, T>
-where
-    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
-    T: Timer + Unpin,
-{
-    type Output = Result<Closed, DriverError<E>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        poll_driver(&this.shared, &mut this.io, cx)
-    }
+driver_future! {
+    /// The future that runs one worker connection; completes when it closes.
+    WorkerDriver over Shared
 }
 
 /// The requests arriving on one worker connection: a [`Stream`] that ends
@@ -226,17 +198,7 @@ pub struct Request {
     pub responder: Responder,
 }
 
-struct Guard {
-    shared: SharedRef,
-    key: StreamKey,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let mut sh = lock(&self.shared);
-        sh.slots.remove(&self.key);
-    }
-}
+type Guard = side::Guard<Shared>;
 
 /// The request body: a [`Stream`] of [`Bytes`]; an `Err` item means the
 /// client has gone.
@@ -250,36 +212,7 @@ impl Stream for RequestBody {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(None);
-        }
-        let mut sh = lock(&this.guard.shared);
-        let key = this.guard.key;
-        match sh.conn.read_body(key) {
-            BodyRead::Data(d) => {
-                // Reading may have un-paused the socket.
-                sh.wake_driver();
-                Poll::Ready(Some(Ok(d)))
-            }
-            BodyRead::End => {
-                this.done = true;
-                Poll::Ready(None)
-            }
-            BodyRead::Gone => {
-                this.done = true;
-                let err = match sh.slots.get(&key).and_then(|s| s.gone) {
-                    Some(WorkerEnd::ProtocolError) => BodyError::ProtocolError,
-                    _ => BodyError::ClientGone,
-                };
-                Poll::Ready(Some(Err(err)))
-            }
-            BodyRead::Pending => {
-                if let Some(s) = sh.slots.get_mut(&key) {
-                    s.read_waker = Some(cx.waker().clone());
-                }
-                Poll::Pending
-            }
-        }
+        poll_body(&this.guard, &mut this.done, cx)
     }
 }
 
@@ -359,7 +292,7 @@ impl Future for ClientGone {
                     WorkerEnd::ClientAborted | WorkerEnd::ConnectionLost | WorkerEnd::ProtocolError,
                 ) => Poll::Ready(()),
                 _ => {
-                    s.gone_waker = Some(cx.waker().clone());
+                    s.wakers.other = Some(cx.waker().clone());
                     Poll::Pending
                 }
             },
