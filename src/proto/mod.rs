@@ -19,7 +19,6 @@ mod keepalive;
 mod length;
 mod outbound;
 mod relay;
-mod relay_config;
 mod stats;
 mod worker;
 mod worker_config;

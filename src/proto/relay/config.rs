@@ -1,10 +1,10 @@
 //! The relay machine's configuration, events and stream ends.
 
-use super::config::{
-    at_least_one, common_accessors, config_builder, positive, Common, ConfigError,
-};
 use super::StreamKey;
 use crate::frame::ResponseHead;
+use crate::proto::config::{
+    at_least_one, common_accessors, config_builder, positive, Common, ConfigError,
+};
 use std::time::Duration;
 
 /// Bounds of a [`RelayConnection`](super::RelayConnection). Every queue is

@@ -1,0 +1,149 @@
+//! How a stream whose caller does not keep up is held, then given up: the
+//! tallies of what is buffered, the overflow's spill and refill, the stall
+//! deadlines and the read-pause bound. The policy is described on
+//! [`RelayConnection`].
+
+use super::{RelayConnection, RelayEnd, RelayEvent, Stream};
+use crate::proto::inbound::InBody;
+use crate::proto::outbound::SendAbort;
+use crate::proto::StreamKey;
+use std::time::Instant;
+
+impl RelayConnection {
+    /// Runs `f` on a stream's body, keeping the connection's tallies (bytes
+    /// held, streams at their chunk bound, bytes spilled) in step.
+    pub(super) fn body_op<R>(&mut self, key: StreamKey, f: impl FnOnce(&mut InBody) -> R) -> R {
+        let limit = self.config.common.max_unread_chunks;
+        let b = &mut self.streams.get_mut(&key).expect("a held stream").body;
+        let (bytes, chunks, spilled) = (b.bytes(), b.chunks(), b.spilled());
+        let r = f(b);
+        self.unread_bytes = self.unread_bytes - bytes + b.bytes();
+        self.spilled_total = self.spilled_total - spilled + b.spilled();
+        match (chunks >= limit, b.chunks() >= limit) {
+            (false, true) => self.blocked += 1,
+            (true, false) => self.blocked -= 1,
+            _ => {}
+        }
+        r
+    }
+
+    /// Forgets a stream and everything it holds (memory, spills, deadline).
+    pub(super) fn remove_stream(&mut self, key: StreamKey) -> Option<Stream> {
+        if !self.streams.contains_key(&key) {
+            return None;
+        }
+        self.drop_spills(key);
+        self.body_op(key, InBody::discard);
+        self.set_stall(key, None);
+        self.streams.remove(&key)
+    }
+
+    /// Drops the stream's chunks still waiting for the overflow store, and
+    /// any refill asked for it (its overflow is about to go).
+    pub(super) fn drop_spills(&mut self, key: StreamKey) {
+        let Some(s) = self.streams.get_mut(&key) else {
+            return;
+        };
+        if s.refill_asked {
+            s.refill_asked = false;
+            self.events
+                .retain(|e| !matches!(e, RelayEvent::Refill { key: k, .. } if *k == key));
+        }
+        if s.backlog > 0 {
+            self.spills.retain(|(k, _)| *k != key);
+            self.spill_backlog -= s.backlog;
+            s.backlog = 0;
+        }
+    }
+
+    /// Starts, restarts or stops a stream's stall deadline.
+    pub(super) fn set_stall(&mut self, key: StreamKey, since: Option<Instant>) {
+        let Some(s) = self.streams.get_mut(&key) else {
+            return;
+        };
+        if let Some(old) = s.stall_since.take() {
+            self.stalls.remove(&(old, key));
+        }
+        // A closed connection runs no deadlines: what arrived stays readable.
+        if let Some(t) = since.filter(|_| !self.core.closed) {
+            s.stall_since = Some(t);
+            self.stalls.insert((t, key));
+        }
+    }
+
+    /// Data now waits for the application: start its deadline if none runs.
+    pub(super) fn note_waiting(&mut self, key: StreamKey) {
+        let Some(s) = self.streams.get(&key) else {
+            return;
+        };
+        if s.stall_since.is_none() && s.body.waiting() {
+            self.set_stall(key, self.core.now);
+        }
+    }
+
+    /// Asks for the stream's next overflow bytes once nothing is held in
+    /// memory for it and the store has some.
+    pub(super) fn maybe_refill(&mut self, key: StreamKey) {
+        let max = self
+            .config
+            .overflow
+            .map_or(0, |o| o.memory_per_stream.max(1));
+        let Some(s) = self.streams.get_mut(&key) else {
+            return;
+        };
+        if !s.refill_asked && s.body.chunks() == 0 && s.stored() > 0 {
+            s.refill_asked = true;
+            self.events.push_back(RelayEvent::Refill { key, max });
+        }
+    }
+
+    /// Keeps `paused_since` in step with `wants_read()`.
+    pub(super) fn track_pause(&mut self) {
+        if self.core.closed || self.wants_read() {
+            self.paused_since = None;
+        } else if self.paused_since.is_none() {
+            self.paused_since = self.core.now;
+        }
+    }
+
+    /// The streams that hold reading paused: those at their chunk bound, or
+    /// else the one holding the most memory.
+    pub(super) fn pause_culprits(&self) -> Vec<StreamKey> {
+        let limit = self.config.common.max_unread_chunks;
+        let mut keys: Vec<StreamKey> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.body.chunks() >= limit)
+            .map(|(k, _)| *k)
+            .collect();
+        if keys.is_empty() {
+            keys.extend(
+                self.streams
+                    .iter()
+                    .filter(|(_, s)| s.body.bytes() + s.backlog > 0)
+                    .max_by_key(|(k, s)| (s.body.bytes() + s.backlog, std::cmp::Reverse(**k)))
+                    .map(|(k, _)| *k),
+            );
+        }
+        keys.sort();
+        keys
+    }
+
+    /// Gives up a stream whose application did not keep up: `abort` to the
+    /// worker if it is in flight, and everything buffered dropped.
+    pub(super) fn give_up(&mut self, key: StreamKey, reason: RelayEnd) {
+        self.set_stall(key, None);
+        let Some(s) = self.streams.get(&key) else {
+            return;
+        };
+        if s.on_wire {
+            self.end_on_wire(key, reason, SendAbort::Always);
+        } else {
+            // Ended on the wire already: only the caller's data is dropped,
+            // and its reader told (reads give `Gone`).
+            self.drop_spills(key);
+            self.body_op(key, InBody::fail);
+            self.events.push_back(RelayEvent::Readable { key });
+        }
+    }
+}
