@@ -248,3 +248,108 @@ fn the_driver_says_who_closed() {
     );
     assert!(h.is_closed());
 }
+
+/// A peer that never stops sending: every read is ready at once (chunks
+/// for a stream that is not open, which the machines drop). It gives up
+/// after `limit` messages so that a driver without a bound fails the test
+/// instead of hanging it.
+struct Flood {
+    reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    limit: usize,
+}
+
+impl futures::Stream for Flood {
+    type Item = Result<worker_relay::frame::Message, std::io::Error>;
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::sync::atomic::Ordering;
+        if self.reads.fetch_add(1, Ordering::Relaxed) >= self.limit {
+            return std::task::Poll::Pending;
+        }
+        let chunk = Bytes::from_static(&[0, 0, 0, 7, b'x']);
+        std::task::Poll::Ready(Some(Ok(worker_relay::frame::Message::Binary(chunk))))
+    }
+}
+
+impl futures::Sink<worker_relay::frame::Message> for Flood {
+    type Error = std::io::Error;
+    fn poll_ready(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), std::io::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn start_send(
+        self: std::pin::Pin<&mut Self>,
+        _: worker_relay::frame::Message,
+    ) -> Result<(), std::io::Error> {
+        Ok(())
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), std::io::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_close(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), std::io::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Counts its wakes.
+struct CountWake(std::sync::atomic::AtomicUsize);
+
+impl futures::task::ArcWake for CountWake {
+    fn wake_by_ref(arc: &std::sync::Arc<Self>) {
+        arc.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Polls `driver` twice against a flood and checks each poll did a bounded
+/// share of work, then yielded with a wake-up for itself.
+fn assert_yields<F: std::future::Future + Unpin>(
+    mut driver: F,
+    reads: &std::sync::atomic::AtomicUsize,
+) {
+    use std::sync::atomic::Ordering;
+    let wakes = std::sync::Arc::new(CountWake(Default::default()));
+    let waker = futures::task::waker(wakes.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut before = 0;
+    for poll in 1..=2 {
+        assert!(std::pin::Pin::new(&mut driver).poll(&mut cx).is_pending());
+        let now = reads.load(Ordering::Relaxed);
+        let read = now - before;
+        assert!(read > 0 && read <= 10_000, "poll {poll} read {read} messages");
+        assert_eq!(wakes.0.load(Ordering::Relaxed), poll, "the driver wakes itself");
+        before = now;
+    }
+}
+
+/// A flooding peer gets a bounded share of the executor: each poll of a
+/// driver reads a bounded number of messages, then yields (waking itself),
+/// so the tasks beside it on the same thread still run.
+#[test]
+fn a_flooding_peer_cannot_monopolise_the_driver() {
+    let limit = 1_000_000;
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let flood = Flood {
+        reads: reads.clone(),
+        limit,
+    };
+    let (_h, driver) = rt::relay(flood, FuturesTimer, RelayConfig::default());
+    assert_yields(Box::pin(driver), &reads);
+
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let flood = Flood {
+        reads: reads.clone(),
+        limit,
+    };
+    let (_incoming, driver) = rt::worker(flood, FuturesTimer, WorkerConfig::default());
+    assert_yields(Box::pin(driver), &reads);
+}

@@ -133,6 +133,14 @@ pub(crate) struct Io<S, T> {
     started: bool,
 }
 
+/// Messages read in one pass of [`Io::poll_io`].
+pub(crate) const READS_PER_PASS: usize = 64;
+
+/// Passes of [`Io::poll_io`] in one poll of a driver before it yields to
+/// the executor (waking itself), so that a peer that never stops sending
+/// cannot starve the other tasks of its thread.
+pub(crate) const PASSES_PER_POLL: usize = 16;
+
 /// What one pass of [`Io::poll_io`] did.
 pub(crate) enum Pass<E> {
     /// Something moved: run the event dispatch and go round again.
@@ -163,45 +171,19 @@ where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
     T: Timer,
 {
-    /// One pass over the socket and the timer.
+    /// One pass over the socket and the timer. Bounded: it reads at most
+    /// [`READS_PER_PASS`] messages, so a peer that floods cannot keep the
+    /// driver (and the lock the handles share with it) to itself.
     pub fn poll_io<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> Pass<E> {
-        let mut progress = false;
         if !self.started {
             // Arms the machine's timers (the keepalive).
             self.started = true;
             m.handle_timeout(self.timer.now());
         }
-
-        // Transmit.
-        loop {
-            if self.pending.is_none() {
-                self.pending = m.poll_transmit();
-            }
-            let Some(msg) = self.pending.take() else {
-                break;
-            };
-            match Pin::new(&mut self.socket).poll_ready(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return self.fail(m, e),
-                Poll::Pending => {
-                    self.pending = Some(msg);
-                    break;
-                }
-            }
-            if let Err(e) = Pin::new(&mut self.socket).start_send(msg) {
-                return self.fail(m, e);
-            }
-            self.flushed = false;
-            progress = true;
-        }
-        if !self.flushed {
-            match Pin::new(&mut self.socket).poll_flush(cx) {
-                Poll::Ready(Ok(())) => self.flushed = true,
-                Poll::Ready(Err(e)) => return self.fail(m, e),
-                Poll::Pending => {}
-            }
-        }
-
+        let mut progress = match self.transmit(m, cx) {
+            Ok(moved) => moved,
+            Err(done) => return done,
+        };
         // A peer declared dead does not read: nothing more is flushed to it.
         if m.close_cause().is_some_and(CloseCause::is_abrupt) {
             self.pending = None;
@@ -215,9 +197,61 @@ where
                 Poll::Pending => Pass::Idle,
             };
         }
+        progress |= match self.receive(m, cx) {
+            Ok(moved) => moved,
+            Err(done) => return done,
+        };
+        progress |= self.tick(m, cx);
+        if progress {
+            Pass::Progress
+        } else {
+            Pass::Idle
+        }
+    }
 
-        // Receive, only while the machine wants to.
-        while !self.eof && m.wants_read() {
+    /// Hands the machine's messages to the socket while it accepts them,
+    /// then flushes. `Ok(true)` if anything was sent.
+    fn transmit<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> Result<bool, Pass<E>> {
+        let mut progress = false;
+        loop {
+            if self.pending.is_none() {
+                self.pending = m.poll_transmit();
+            }
+            let Some(msg) = self.pending.take() else {
+                break;
+            };
+            match Pin::new(&mut self.socket).poll_ready(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Err(self.fail(m, e)),
+                Poll::Pending => {
+                    self.pending = Some(msg);
+                    break;
+                }
+            }
+            if let Err(e) = Pin::new(&mut self.socket).start_send(msg) {
+                return Err(self.fail(m, e));
+            }
+            self.flushed = false;
+            progress = true;
+        }
+        if !self.flushed {
+            match Pin::new(&mut self.socket).poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.flushed = true,
+                Poll::Ready(Err(e)) => return Err(self.fail(m, e)),
+                Poll::Pending => {}
+            }
+        }
+        Ok(progress)
+    }
+
+    /// Reads messages into the machine while it wants them, at most
+    /// [`READS_PER_PASS`]. `Ok(true)` if anything was read.
+    fn receive<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> Result<bool, Pass<E>> {
+        let mut progress = false;
+        for _ in 0..READS_PER_PASS {
+            if self.eof || !m.wants_read() {
+                break;
+            }
             match Pin::new(&mut self.socket).poll_next(cx) {
                 Poll::Ready(Some(Ok(msg))) => {
                     let now = self.timer.now();
@@ -225,7 +259,7 @@ where
                     let _ = m.handle_message(msg, now);
                     progress = true;
                 }
-                Poll::Ready(Some(Err(e))) => return self.fail(m, e),
+                Poll::Ready(Some(Err(e))) => return Err(self.fail(m, e)),
                 Poll::Ready(None) => {
                     self.eof = true;
                     m.handle_lost();
@@ -234,8 +268,11 @@ where
                 Poll::Pending => break,
             }
         }
+        Ok(progress)
+    }
 
-        // The machine's timer.
+    /// Follows the machine's deadline with the sleep; true if it fired.
+    fn tick<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> bool {
         let deadline = m.poll_timeout();
         if self.sleep.as_ref().map(|(d, _)| *d) != deadline {
             self.sleep = deadline.map(|d| (d, self.timer.sleep_until(d)));
@@ -244,15 +281,10 @@ where
             if sleep.as_mut().poll(cx).is_ready() {
                 self.sleep = None;
                 m.handle_timeout(self.timer.now());
-                progress = true;
+                return true;
             }
         }
-
-        if progress {
-            Pass::Progress
-        } else {
-            Pass::Idle
-        }
+        false
     }
 
     fn fail<M: Machine>(&mut self, m: &mut M, e: E) -> Pass<E> {

@@ -1,7 +1,7 @@
 //! What the relay and worker drivers share: the driver's poll loop and the
 //! body sink's bookkeeping, over a side's shared state.
 
-use super::driver::{Closed, DriverError, Io, Machine, Pass};
+use super::driver::{Closed, DriverError, Io, Machine, Pass, PASSES_PER_POLL};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::Message;
@@ -167,7 +167,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One poll of a driver: socket and timer passes until nothing moves.
+/// One poll of a driver: socket and timer passes until nothing moves, at
+/// most [`PASSES_PER_POLL`] of them.
 pub(crate) fn poll_driver<Sh, S, T, E>(
     shared: &Mutex<Sh>,
     io: &mut Io<S, T>,
@@ -180,7 +181,7 @@ where
 {
     let mut sh = lock(shared);
     *sh.driver_waker() = Some(cx.waker().clone());
-    loop {
+    for _ in 0..PASSES_PER_POLL {
         let pass = io.poll_io(sh.conn(), cx);
         sh.dispatch();
         match pass {
@@ -192,6 +193,9 @@ where
             }
         }
     }
+    // Still moving: yield, and come back at once.
+    cx.waker().wake_by_ref();
+    Poll::Pending
 }
 
 /// The bookkeeping of a body sink: the piece the machine has not taken yet.
