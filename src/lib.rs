@@ -13,6 +13,13 @@
 //!   they embed. It uses only `frame`.
 //! - [`connect`]: sans-IO pieces around a connection: handshake, reconnect
 //!   backoff, URL mapping (and the keepalive, re-exported).
+//! - [`rt`]: thin async adapters on `futures-core`/`futures-sink` only, for
+//!   any runtime: [`rt::relay`] and [`rt::worker`] drive a machine over any
+//!   `Stream + Sink` of [`frame::Message`] and hand out handles, futures
+//!   and body streams/sinks. Each driver does bounded work per poll.
+//!
+//! Each layer's page says what it is for and shows it in a short example;
+//! no layer reaches up (`frame` ← `proto` ← `connect`, `rt`).
 //!
 //! ## The run loop
 //!

@@ -7,6 +7,29 @@
 //! - [`FrameError`]: what went wrong, and [`FrameError::close_code`].
 //!
 //! [`decode`] turns any message into a [`Decoded`] value.
+//!
+//! Use this layer alone to write a peer in your own style, to inspect
+//! traffic, or to test another implementation against the same rules:
+//!
+//! ```
+//! use worker_relay::frame::{self, Chunk, ControlFrame, Decoded, Headers, RequestHead, StreamId};
+//!
+//! let id = StreamId::new(1).unwrap();
+//! let head = RequestHead::new("POST", "/v1/run", "x=1", Headers::new())?;
+//! let request = ControlFrame::Request { id, head }.to_message();
+//! let body = Chunk { id, data: "print(1)".into() }.to_message();
+//!
+//! // What the worker sees:
+//! let Some(Ok(Decoded::Control(ControlFrame::Request { head, .. }))) = frame::decode(&request) else {
+//!     panic!("a request frame");
+//! };
+//! assert_eq!(head.target(), "/v1/run?x=1");
+//! let Some(Ok(Decoded::Chunk(chunk))) = frame::decode(&body) else {
+//!     panic!("a body chunk");
+//! };
+//! assert_eq!((chunk.id, &chunk.data[..]), (id, &b"print(1)"[..]));
+//! # Ok::<(), worker_relay::frame::FrameError>(())
+//! ```
 
 mod chunk;
 mod control;

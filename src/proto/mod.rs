@@ -9,6 +9,34 @@
 //! Output order: control frames (heads, `end`, `abort`) go before body
 //! chunks, and chunks of different streams go round-robin, one chunk each,
 //! so a small request is answered while a large body is in flight.
+//!
+//! The crate docs show the whole run loop; in short, a relay opening a
+//! stream and what it hands to the socket:
+//!
+//! ```
+//! use std::time::Instant;
+//! use worker_relay::frame::{self, ControlFrame, Decoded, Headers, RequestHead};
+//! use worker_relay::proto::{RelayConfig, RelayConnection};
+//!
+//! let config = RelayConfig::builder().max_streams(64).build()?;
+//! let mut relay = RelayConnection::new(config);
+//! let key = relay.open_stream(RequestHead::new("GET", "/health", "", Headers::new())?)?;
+//! relay.finish(key)?;
+//!
+//! // The socket gets the request, then its end.
+//! let mut out = Vec::new();
+//! while let Some(msg) = relay.poll_transmit() {
+//!     out.push(frame::decode(&msg).unwrap()?);
+//! }
+//! assert!(matches!(out[0], Decoded::Control(ControlFrame::Request { .. })));
+//! assert!(matches!(out[1], Decoded::Control(ControlFrame::End { .. })));
+//! // The clock comes from outside: the first tick arms the keepalive,
+//! // whose next ping is then the machine's deadline.
+//! let now = Instant::now();
+//! relay.handle_timeout(now);
+//! assert!(relay.poll_timeout().is_some_and(|t| t > now));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod close;
 pub(crate) mod config;

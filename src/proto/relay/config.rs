@@ -193,7 +193,7 @@ pub enum RelayEnd {
     WorkerAborted,
     /// The worker broke the protocol on this stream: body or `end` before a
     /// response, a second response, a response head that is malformed, over
-    /// the [`HeadLimits`], not a final status in 200..=599 (1xx, 101
+    /// the [`HeadLimits`](crate::frame::HeadLimits), not a final status in 200..=599 (1xx, 101
     /// included: the protocol has no interim responses) or with an invalid or
     /// conflicting Content-Length, or a body longer or shorter than its
     /// Content-Length. The relay sent `abort` unless the worker had ended
