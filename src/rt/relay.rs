@@ -209,9 +209,7 @@ impl Shared {
             RelayEvent::Response { key, head } => {
                 if let Some(s) = self.slots.get_mut(&key) {
                     s.head = Some(head);
-                    if let Some(w) = s.wakers.other.take() {
-                        w.wake();
-                    }
+                    s.wakers.wake_other();
                 }
             }
             RelayEvent::Readable { key } => {
@@ -223,16 +221,10 @@ impl Shared {
                         // free the store now, not when the reader wakes.
                         s.store = None;
                     }
-                    if let Some(w) = s.wakers.read.take() {
-                        w.wake();
-                    }
+                    s.wakers.wake_read();
                 }
             }
-            RelayEvent::Writable { key } => {
-                if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.wakers.write.take()) {
-                    w.wake();
-                }
-            }
+            RelayEvent::Writable { key } => self.wakers(key).map_or((), Wakers::wake_write),
             RelayEvent::Ended { key, reason, .. } => {
                 if let Some(s) = self.slots.get_mut(&key) {
                     s.ended = Some(reason);

@@ -24,6 +24,27 @@ pub(crate) struct Wakers {
 }
 
 impl Wakers {
+    /// Wakes the body reader, if one waits.
+    pub fn wake_read(&mut self) {
+        if let Some(w) = self.read.take() {
+            w.wake();
+        }
+    }
+
+    /// Wakes the body writer, if one waits.
+    pub fn wake_write(&mut self) {
+        if let Some(w) = self.write.take() {
+            w.wake();
+        }
+    }
+
+    /// Wakes the task waiting for anything else (the response head).
+    pub fn wake_other(&mut self) {
+        if let Some(w) = self.other.take() {
+            w.wake();
+        }
+    }
+
     pub fn wake_all(&mut self) {
         for w in [self.read.take(), self.write.take(), self.other.take()]
             .into_iter()

@@ -86,16 +86,8 @@ impl Side for Shared {
                         w.wake();
                     }
                 }
-                WorkerEvent::Readable { key } => {
-                    if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.wakers.read.take()) {
-                        w.wake();
-                    }
-                }
-                WorkerEvent::Writable { key } => {
-                    if let Some(w) = self.slots.get_mut(&key).and_then(|s| s.wakers.write.take()) {
-                        w.wake();
-                    }
-                }
+                WorkerEvent::Readable { key } => self.wakers(key).map_or((), Wakers::wake_read),
+                WorkerEvent::Writable { key } => self.wakers(key).map_or((), Wakers::wake_write),
                 WorkerEvent::Ended { key, reason } => {
                     if let Some(s) = self.slots.get_mut(&key) {
                         s.gone = Some(reason);
