@@ -325,8 +325,15 @@ fn assert_yields<F: std::future::Future + Unpin>(
         assert!(std::pin::Pin::new(&mut driver).poll(&mut cx).is_pending());
         let now = reads.load(Ordering::Relaxed);
         let read = now - before;
-        assert!(read > 0 && read <= 10_000, "poll {poll} read {read} messages");
-        assert_eq!(wakes.0.load(Ordering::Relaxed), poll, "the driver wakes itself");
+        assert!(
+            read > 0 && read <= 10_000,
+            "poll {poll} read {read} messages"
+        );
+        assert_eq!(
+            wakes.0.load(Ordering::Relaxed),
+            poll,
+            "the driver wakes itself"
+        );
         before = now;
     }
 }
