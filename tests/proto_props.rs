@@ -12,7 +12,9 @@
 //! most 1 MiB + 4 bytes, chunks are no larger than the configured chunk size
 //! and carry exactly the next bytes of their body; per stream the wire order
 //! is head, chunks, `end`/`abort`, and nothing after; no request id is reused
-//! while its stream is in flight; queued and buffered bytes stay within their
+//! while its stream is in flight (these wire rules are the fuzz harness's
+//! `WireCheck`, with `Expected` for the bytes, shared with the fuzz targets'
+//! models of both machines); queued and buffered bytes stay within their
 //! bounds; `wants_read()` is false only while something is buffered, and a
 //! paused machine refuses data; every read returns the next bytes of the
 //! planned body; at most 16 chunks are ever unread on one stream.
@@ -38,12 +40,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 use worker_relay::frame::{
     decode, CloseCode, ControlFrame, Decoded, Headers, Message, RequestHead, ResponseHead,
-    StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN,
+    StreamId, MAX_CHUNK_BODY,
 };
 use worker_relay::proto::{
     BodyRead, HandleError, RelayConfig, RelayConnection, RelayEnd, RelayEvent, StreamKey,
     WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
 };
+// fuzz/harness: the wire rules both machines' fuzz models check, written once.
+use worker_relay_harness::{BodyKind, Expected, Seen, Side, WireCheck};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
@@ -292,14 +296,17 @@ struct RS {
     blocked: bool,
     status: Option<u16>,
     responses: usize,
-    read_off: usize,
+    /// The response body still to read (from the `Response` event on).
+    read: Expected,
     read_end: Option<BodyRead>,
     ended: Vec<(RelayEnd, bool)>,
     reads_since_step: usize,
     /// Request frames seen on the wire.
     heads_on_wire: usize,
-    /// Request body bytes seen on the wire.
-    wire_off: usize,
+    /// The request body still to go out on the wire (from its head on).
+    req_wire: Expected,
+    /// The response body still to go out on the wire (from its head on).
+    resp_wire: Expected,
     /// Index of the worker's request for this stream.
     worker_req: Option<usize>,
 }
@@ -310,7 +317,8 @@ struct WS {
     stream: usize,
     key: StreamKey,
     id: StreamId,
-    read_off: usize,
+    /// The request body still to read.
+    read: Expected,
     read_end: Option<BodyRead>,
     discarded: bool,
     responded: bool,
@@ -322,14 +330,6 @@ struct WS {
     reads_since_step: usize,
     /// Bytes of the 500 body `fail` can queue (see the ignored test at the end).
     ise_len: usize,
-}
-
-/// A worker response seen on the wire and not yet ended.
-#[derive(Debug)]
-struct WireResp {
-    stream: Option<usize>,
-    off: usize,
-    expect: Bytes,
 }
 
 struct Run {
@@ -344,17 +344,17 @@ struct Run {
     by_wkey: HashMap<StreamKey, usize>,
     /// The worker's open requests by wire id.
     w_open: HashMap<StreamId, usize>,
-    /// Request ids in flight as the relay's emitted frames and events show:
-    /// id -> (stream, request direction ended on the wire).
-    in_flight: HashMap<StreamId, (usize, bool)>,
+    /// The wire rules of the relay's messages, and the request ids in flight
+    /// as its emitted frames and events show (tagged with their streams).
+    relay_wire: WireCheck<usize>,
     /// Ids the relay's app freed with `abort`: the worker may still have
     /// frames for them in flight, so the test never steers the allocator onto them.
     tainted: HashSet<StreamId>,
     /// The id the relay's allocator tries first (kept in step with it).
     next_id: StreamId,
-    w_wire: HashMap<StreamId, WireResp>,
-    relay_close_sent: bool,
-    worker_close_sent: bool,
+    /// The wire rules of the worker's messages, and its responses on the
+    /// wire not yet ended (tagged with their streams; `None`: a 503).
+    worker_wire: WireCheck<Option<usize>>,
     lost: bool,
     opened: usize,
     t: u32,
@@ -366,6 +366,17 @@ struct Run {
 
 fn trace() -> bool {
     std::env::var_os("PROTO_PROPS_TRACE").is_some()
+}
+
+/// A message for a trace line: frames in full, chunks by id and length.
+fn show(m: &Message) -> String {
+    format!(
+        "{:?}",
+        decode(m).map(|d| d.map(|d| match d {
+            Decoded::Chunk(c) => format!("chunk {} {}", c.id, c.data.len()),
+            o => format!("{o:?}"),
+        }))
+    )
 }
 
 fn stream_of(path: &str) -> usize {
@@ -422,12 +433,10 @@ impl Run {
             by_rkey: HashMap::new(),
             by_wkey: HashMap::new(),
             w_open: HashMap::new(),
-            in_flight: HashMap::new(),
+            relay_wire: WireCheck::new(Side::Relay, c.relay_sizes.chunk),
             tainted: HashSet::new(),
             next_id: first_id,
-            w_wire: HashMap::new(),
-            relay_close_sent: false,
-            worker_close_sent: false,
+            worker_wire: WireCheck::new(Side::Worker, c.worker_sizes.chunk),
             lost: false,
             opened: 0,
             t: 0,
@@ -508,7 +517,7 @@ impl Run {
         let mut start = self.next_id;
         if self.c.collide && self.rng.chance(1, 2) {
             let mut candidates: Vec<StreamId> = taken.iter().copied().collect();
-            candidates.extend(self.in_flight.keys().copied());
+            candidates.extend(self.relay_wire.ids());
             candidates.extend(self.rs.iter().filter_map(|r| r.id));
             candidates.sort();
             candidates.dedup();
@@ -551,7 +560,7 @@ impl Run {
                 assert_eq!(id, land, "the allocator skipped a free id");
                 self.next_id = id.next_wrapping();
                 assert!(
-                    !self.in_flight.contains_key(&id),
+                    !self.relay_wire.in_flight(id),
                     "id {id} handed out while the previous stream with it is in flight"
                 );
                 assert!(self.by_rkey.insert(key, i).is_none(), "key reused");
@@ -681,14 +690,9 @@ impl Run {
                     assert!(r.responses == 1, "stream {i}: body before response");
                     assert!(!d.is_empty(), "stream {i}: empty piece read");
                     assert!(d.len() <= self.c.worker_sizes.chunk);
-                    let exp = self.expected_response(i);
-                    let off = r.read_off;
-                    assert!(
-                        off + d.len() <= exp.len() && d[..] == exp[off..off + d.len()],
-                        "stream {i}: response body differs at {off}"
-                    );
                     let r = &mut self.rs[i];
-                    r.read_off += d.len();
+                    r.read
+                        .take(&d, format_args!("stream {i}: response body read"));
                     r.reads_since_step += 1;
                     assert!(
                         r.reads_since_step <= UNREAD_CHUNKS,
@@ -710,7 +714,8 @@ impl Run {
                         Some(RelayEnd::Completed),
                         "stream {i}: End without Completed"
                     );
-                    assert_eq!(r.read_off, self.expected_response(i).len());
+                    r.read
+                        .assert_complete(format_args!("stream {i}: response body read"));
                     self.rs[i].read_end = Some(BodyRead::End);
                     got = true;
                     break;
@@ -744,13 +749,8 @@ impl Run {
                 BodyRead::Data(d) => {
                     assert!(!d.is_empty(), "request {w}: empty piece read");
                     assert!(d.len() <= self.c.relay_sizes.chunk);
-                    let off = s.read_off;
-                    let exp = &self.req[i];
-                    assert!(
-                        off + d.len() <= exp.len() && d[..] == exp[off..off + d.len()],
-                        "stream {i}: request body differs at {off}"
-                    );
-                    s.read_off += d.len();
+                    s.read
+                        .take(&d, format_args!("stream {i}: request body read"));
                     s.reads_since_step += 1;
                     assert!(
                         s.reads_since_step <= UNREAD_CHUNKS,
@@ -763,7 +763,8 @@ impl Run {
                     break;
                 }
                 BodyRead::End => {
-                    assert_eq!(s.read_off, self.req[i].len(), "stream {i}: short body");
+                    s.read
+                        .assert_complete(format_args!("stream {i}: request body read"));
                     assert!(self.rs[i].finished, "stream {i}: End before finish");
                     s.read_end = Some(BodyRead::End);
                     got = true;
@@ -808,7 +809,7 @@ impl Run {
             | WPlan::FailBefore { read_first }
             | WPlan::FailAfter { read_first, .. } => read_first,
         };
-        if !s.responded && s.read_end.is_none() && s.read_off < want {
+        if !s.responded && s.read_end.is_none() && s.read.taken() < want {
             let max = 1 + self.rng.below(20);
             return self.worker_read(w, max);
         }
@@ -915,196 +916,74 @@ impl Run {
 
     fn on_relay_msg(&mut self, m: Message) {
         if trace() {
-            eprintln!(
-                "relay> {:?}",
-                decode(&m).map(|d| d.map(|d| match d {
-                    Decoded::Chunk(c) => format!("chunk {} {}", c.id, c.data.len()),
-                    o => format!("{o:?}"),
-                }))
-            );
+            eprintln!("relay> {}", show(&m));
         }
-        assert!(
-            !self.relay_close_sent,
-            "relay emitted {m:?} after its close"
-        );
-        assert!(
-            m.len() <= MAX_MESSAGE_LEN,
-            "relay emitted {} bytes",
-            m.len()
-        );
-        match &m {
-            Message::Close(_) => {
-                assert!(self.lost, "relay closed on its own: {m:?}");
-                self.relay_close_sent = true;
-                return;
+        match self.relay_wire.observe(&m) {
+            Seen::Close { .. } => assert!(self.lost, "relay closed on its own: {m:?}"),
+            Seen::Request { id, head } => self.on_relay_request(id, head),
+            Seen::Chunk { data, tag: i, .. } => {
+                let what = format_args!("stream {i}: request bytes on the wire");
+                self.rs[i].req_wire.take(&data, what);
             }
-            Message::Ping(_) | Message::Pong(_) => panic!("relay emitted {m:?}"),
-            _ => {}
-        }
-        let d = decode(&m)
-            .expect("data message")
-            .unwrap_or_else(|e| panic!("relay emitted an invalid frame: {e}"));
-        match d {
-            Decoded::Control(ControlFrame::Request { id, head }) => {
-                assert!(
-                    !self.in_flight.contains_key(&id),
-                    "request id {id} reused while in flight"
-                );
-                let i = stream_of(head.path());
-                let r = &mut self.rs[i];
-                assert_eq!(r.id, Some(id), "stream {i}: request under another id");
-                assert_eq!(r.heads_on_wire, 0, "stream {i}: second request frame");
-                r.heads_on_wire += 1;
-                let h = head.headers();
-                assert_eq!(h.get("x-stream"), Some(i.to_string().as_str()));
-                assert_eq!(h.get("connection"), None, "hop-by-hop header forwarded");
-                assert_eq!(h.get("keep-alive"), None, "hop-by-hop header forwarded");
-                let plan = &self.c.streams[i];
-                assert_eq!(
-                    h.content_length(),
-                    Ok(plan.req_cl.then_some(plan.req_len as u64))
-                );
-                assert_eq!((head.method(), head.query()), ("POST", "q=1"));
-                self.in_flight.insert(id, (i, false));
-                if !self.ids_used.insert(id) {
-                    self.id_reuses += 1;
-                }
+            Seen::End { tag: i, .. } => {
+                let what = format_args!("stream {i}: request on the wire");
+                self.rs[i].req_wire.assert_complete(what);
             }
-            Decoded::Chunk(ch) => {
-                let &(i, done) = self
-                    .in_flight
-                    .get(&ch.id)
-                    .unwrap_or_else(|| panic!("relay chunk for id {} not in flight", ch.id));
-                assert!(!done, "stream {i}: chunk after end");
-                assert!(ch.data.len() <= self.c.relay_sizes.chunk);
-                let off = self.rs[i].wire_off;
-                let exp = &self.req[i];
-                assert!(
-                    off + ch.data.len() <= exp.len()
-                        && ch.data[..] == exp[off..off + ch.data.len()],
-                    "stream {i}: request bytes on the wire differ at {off}"
-                );
-                self.rs[i].wire_off += ch.data.len();
-            }
-            Decoded::Control(ControlFrame::End { id }) => {
-                let (i, done) = self
-                    .in_flight
-                    .get_mut(&id)
-                    .unwrap_or_else(|| panic!("relay end for id {id} not in flight"));
-                assert!(!*done, "stream {i}: second end");
-                *done = true;
-                let i = *i;
-                assert_eq!(self.rs[i].wire_off, self.req[i].len(), "stream {i}: short");
-            }
-            Decoded::Control(ControlFrame::Abort { id }) => {
-                let (i, _) = self
-                    .in_flight
-                    .remove(&id)
-                    .unwrap_or_else(|| panic!("relay abort for id {id} not in flight"));
+            Seen::Abort { id, tag } => {
+                let i = tag.unwrap_or_else(|| panic!("relay abort for id {id} not in flight"));
                 assert!(self.rs[i].aborted, "stream {i}: relay aborted on its own");
             }
             other => panic!("relay emitted {other:?}"),
         }
     }
 
+    /// The relay's `request` head for `id` (not in flight: the `WireCheck`
+    /// saw to that): the one of its stream, as planned, hop-by-hop headers
+    /// gone.
+    fn on_relay_request(&mut self, id: StreamId, head: RequestHead) {
+        let i = stream_of(head.path());
+        let r = &mut self.rs[i];
+        assert_eq!(r.id, Some(id), "stream {i}: request under another id");
+        assert_eq!(r.heads_on_wire, 0, "stream {i}: second request frame");
+        r.heads_on_wire += 1;
+        let h = head.headers();
+        assert_eq!(h.get("x-stream"), Some(i.to_string().as_str()));
+        assert_eq!(h.get("connection"), None, "hop-by-hop header forwarded");
+        assert_eq!(h.get("keep-alive"), None, "hop-by-hop header forwarded");
+        let plan = &self.c.streams[i];
+        assert_eq!(
+            h.content_length(),
+            Ok(plan.req_cl.then_some(plan.req_len as u64))
+        );
+        assert_eq!((head.method(), head.query()), ("POST", "q=1"));
+        r.req_wire = Expected::whole(self.req[i].clone());
+        self.relay_wire.open(id, i, BodyKind::Streamed);
+        if !self.ids_used.insert(id) {
+            self.id_reuses += 1;
+        }
+    }
+
     fn on_worker_msg(&mut self, m: Message) {
         if trace() {
-            eprintln!(
-                "worker> {:?}",
-                decode(&m).map(|d| d.map(|d| match d {
-                    Decoded::Chunk(c) => format!("chunk {} {}", c.id, c.data.len()),
-                    o => format!("{o:?}"),
-                }))
-            );
+            eprintln!("worker> {}", show(&m));
         }
-        assert!(
-            !self.worker_close_sent,
-            "worker emitted {m:?} after its close"
-        );
-        assert!(
-            m.len() <= MAX_MESSAGE_LEN,
-            "worker emitted {} bytes",
-            m.len()
-        );
-        match &m {
-            Message::Close(_) => {
-                assert!(self.lost, "worker closed on its own: {m:?}");
-                self.worker_close_sent = true;
-                return;
+        match self.worker_wire.observe(&m) {
+            Seen::Close { .. } => assert!(self.lost, "worker closed on its own: {m:?}"),
+            Seen::Response { id, head } => self.on_worker_response(id, head),
+            Seen::Chunk { data, tag, .. } => {
+                let i = tag.expect("a 503 carries no body (BodyKind::Empty)");
+                let what = format_args!("stream {i}: response bytes on the wire");
+                self.rs[i].resp_wire.take(&data, what);
             }
-            Message::Ping(_) | Message::Pong(_) => panic!("worker emitted {m:?}"),
-            _ => {}
-        }
-        let d = decode(&m)
-            .expect("data message")
-            .unwrap_or_else(|e| panic!("worker emitted an invalid frame: {e}"));
-        match d {
-            Decoded::Control(ControlFrame::Response { id, head }) => {
-                assert!(
-                    !self.w_wire.contains_key(&id),
-                    "second response for id {id}"
-                );
-                let stream = self.w_open.get(&id).map(|&w| self.ws[w].stream);
-                let expect = match (stream, head.status()) {
-                    (Some(i), 200) => {
-                        assert!(!matches!(
-                            self.c.streams[i].worker,
-                            WPlan::FailBefore { .. }
-                        ));
-                        let plan = &self.c.streams[i];
-                        assert_eq!(
-                            head.headers().content_length(),
-                            Ok(plan.resp_cl.then_some(plan.resp_len as u64))
-                        );
-                        self.resp[i].clone()
-                    }
-                    (Some(i), 500) => {
-                        assert!(matches!(self.c.streams[i].worker, WPlan::FailBefore { .. }));
-                        self.ise(i)
-                    }
-                    (None, 503) => {
-                        assert!(self.c.worker_max_streams < self.n());
-                        Bytes::new()
-                    }
-                    (s, status) => panic!("worker answered {status} for {s:?}"),
-                };
-                self.w_wire.insert(
-                    id,
-                    WireResp {
-                        stream,
-                        off: 0,
-                        expect,
-                    },
-                );
+            Seen::End { tag: Some(i), .. } => {
+                let what = format_args!("stream {i}: response on the wire");
+                self.rs[i].resp_wire.assert_complete(what);
             }
-            Decoded::Chunk(ch) => {
-                let o = self
-                    .w_wire
-                    .get_mut(&ch.id)
-                    .unwrap_or_else(|| panic!("worker chunk for id {} not open", ch.id));
-                assert!(ch.data.len() <= self.c.worker_sizes.chunk);
-                assert!(
-                    o.off + ch.data.len() <= o.expect.len()
-                        && ch.data[..] == o.expect[o.off..o.off + ch.data.len()],
-                    "stream {:?}: response bytes on the wire differ at {}",
-                    o.stream,
-                    o.off
-                );
-                o.off += ch.data.len();
-            }
-            Decoded::Control(ControlFrame::End { id }) => {
-                let o = self
-                    .w_wire
-                    .remove(&id)
-                    .unwrap_or_else(|| panic!("worker end for id {id} not open"));
-                assert_eq!(o.off, o.expect.len(), "stream {:?}: short", o.stream);
-            }
-            Decoded::Control(ControlFrame::Abort { id }) => {
-                let o = self
-                    .w_wire
-                    .remove(&id)
-                    .unwrap_or_else(|| panic!("worker abort for id {id} not open"));
-                let i = o.stream.expect("abort of a known stream");
+            Seen::End { tag: None, .. } => {}
+            Seen::Abort { id, tag } => {
+                let i = tag
+                    .unwrap_or_else(|| panic!("worker abort for id {id} not open"))
+                    .expect("abort of a known stream");
                 assert!(
                     matches!(self.c.streams[i].worker, WPlan::FailAfter { .. }),
                     "stream {i}: worker aborted on its own"
@@ -1112,6 +991,40 @@ impl Run {
             }
             other => panic!("worker emitted {other:?}"),
         }
+    }
+
+    /// The worker's `response` head for `id` (no response open for it: the
+    /// `WireCheck` saw to that): 200 with the planned head, 500 for a plan
+    /// that fails first, or 503 for a request it refused (over its streams).
+    fn on_worker_response(&mut self, id: StreamId, head: ResponseHead) {
+        let stream = self.w_open.get(&id).map(|&w| self.ws[w].stream);
+        let (expect, kind) = match (stream, head.status()) {
+            (Some(i), 200) => {
+                assert!(!matches!(
+                    self.c.streams[i].worker,
+                    WPlan::FailBefore { .. }
+                ));
+                let plan = &self.c.streams[i];
+                assert_eq!(
+                    head.headers().content_length(),
+                    Ok(plan.resp_cl.then_some(plan.resp_len as u64))
+                );
+                (self.resp[i].clone(), BodyKind::Streamed)
+            }
+            (Some(i), 500) => {
+                assert!(matches!(self.c.streams[i].worker, WPlan::FailBefore { .. }));
+                (self.ise(i), BodyKind::Answer)
+            }
+            (None, 503) => {
+                assert!(self.c.worker_max_streams < self.n());
+                (Bytes::new(), BodyKind::Empty)
+            }
+            (s, status) => panic!("worker answered {status} for {s:?}"),
+        };
+        if let Some(i) = stream {
+            self.rs[i].resp_wire = Expected::whole(expect);
+        }
+        self.worker_wire.open(id, stream, kind);
     }
 
     fn on_relay_event(&mut self, e: RelayEvent) {
@@ -1140,6 +1053,7 @@ impl Run {
                 if head.status() == 200 {
                     assert_eq!(head.headers().get("x-stream"), Some(i.to_string().as_str()));
                 }
+                self.rs[i].read = Expected::whole(self.expected_response(i));
             }
             RelayEvent::Readable { .. } => {}
             RelayEvent::Writable { .. } => r.blocked = false,
@@ -1161,9 +1075,7 @@ impl Run {
                     other => panic!("stream {i}: relay ended with {other:?}"),
                 }
                 if let Some(id) = self.rs[i].id {
-                    if self.in_flight.get(&id).map(|x| x.0) == Some(i) {
-                        self.in_flight.remove(&id);
-                    }
+                    self.relay_wire.release_for(id, &i);
                 }
             }
             _ => unreachable!(),
@@ -1189,7 +1101,7 @@ impl Run {
                     stream: i,
                     key,
                     id,
-                    read_off: 0,
+                    read: Expected::whole(self.req[i].clone()),
                     read_end: None,
                     discarded: false,
                     responded: false,
@@ -1237,12 +1149,12 @@ impl Run {
                     self.w_open.remove(&id);
                 }
                 // Nothing more goes out for it.
-                if self.w_wire.get(&id).is_some_and(|o| o.stream == Some(i)) {
+                if self.worker_wire.tag(id) == Some(&Some(i)) {
                     assert!(
                         matches!(reason, WorkerEnd::ClientAborted | WorkerEnd::ConnectionLost),
                         "stream {i}: ended {reason:?} with its response open on the wire"
                     );
-                    self.w_wire.remove(&id);
+                    self.worker_wire.release(id);
                 }
             }
             other => panic!("unknown worker event {other:?}"),
@@ -1425,13 +1337,13 @@ impl Run {
             out += &format!(
                 "stream {i}: plan {:?}\n  relay: key {:?} id {:?} sent {} finished {} aborted {} blocked {} status {:?} read {} {:?} ended {:?}\n",
                 self.c.streams[i], r.key, r.id, r.sent, r.finished, r.aborted, r.blocked,
-                r.status, r.read_off, r.read_end, r.ended
+                r.status, r.read.taken(), r.read_end, r.ended
             );
             if let Some(w) = r.worker_req {
                 let s = &self.ws[w];
                 out += &format!(
                     "  worker: read {} {:?} discarded {} responded {} sent {} done {} blocked {} ended {:?}\n",
-                    s.read_off, s.read_end, s.discarded, s.responded, s.resp_sent, s.done,
+                    s.read.taken(), s.read_end, s.discarded, s.responded, s.resp_sent, s.done,
                     s.blocked, s.ended
                 );
             }
@@ -1448,72 +1360,80 @@ impl Run {
         out
     }
 
+    /// What must hold of stream `i` once the conversation settled.
+    fn final_stream_checks(&self, i: usize) {
+        let r = &self.rs[i];
+        let plan = &self.c.streams[i];
+        let ctx = format!("stream {i} ({plan:?})");
+        if r.key.is_none() {
+            assert!(r.unopenable, "{ctx}: never opened");
+            return;
+        }
+        if r.aborted_before_end {
+            assert!(r.ended.is_empty(), "{ctx}: Ended after abort");
+        } else {
+            assert_eq!(r.ended.len(), 1, "{ctx}: not ended exactly once");
+        }
+        if let Some(&(reason, _)) = r.ended.first() {
+            match reason {
+                RelayEnd::Completed => {
+                    match r.status {
+                        Some(200) => {
+                            assert!(matches!(plan.worker, WPlan::Normal | WPlan::Early { .. }))
+                        }
+                        Some(500) => assert!(matches!(plan.worker, WPlan::FailBefore { .. })),
+                        Some(503) => assert!(r.worker_req.is_none(), "{ctx}"),
+                        s => panic!("{ctx}: status {s:?}"),
+                    }
+                    if !r.aborted {
+                        assert_eq!(r.read_end, Some(BodyRead::End), "{ctx}");
+                        let len = self.expected_response(i).len();
+                        assert_eq!(r.read.taken(), len, "{ctx}");
+                    }
+                }
+                RelayEnd::ConnectionLost => assert!(self.lost, "{ctx}"),
+                _ => {}
+            }
+        }
+        if !self.lost && !r.aborted {
+            let reason = r.ended[0].0;
+            match (r.worker_req.is_some(), plan.worker) {
+                (false, _) => assert_eq!((reason, r.status), (RelayEnd::Completed, Some(503))),
+                (true, WPlan::FailAfter { .. }) => {
+                    assert_eq!(reason, RelayEnd::WorkerAborted, "{ctx}")
+                }
+                (true, WPlan::FailBefore { .. }) => {
+                    assert_eq!(
+                        (reason, r.status),
+                        (RelayEnd::Completed, Some(500)),
+                        "{ctx}"
+                    )
+                }
+                (true, _) => {
+                    assert_eq!(
+                        (reason, r.status),
+                        (RelayEnd::Completed, Some(200)),
+                        "{ctx}"
+                    )
+                }
+            }
+            if let (Some(w), WPlan::Normal) = (r.worker_req, plan.worker) {
+                let s = &self.ws[w];
+                assert_eq!(s.read_end, Some(BodyRead::End), "{ctx}: request body");
+                assert_eq!(s.read.taken(), plan.req_len, "{ctx}");
+            }
+            if r.worker_req.is_none() {
+                assert!(
+                    self.c.worker_max_streams < self.n(),
+                    "{ctx}: worker never saw it"
+                );
+            }
+        }
+    }
+
     fn final_checks(&mut self) {
-        let n = self.n();
-        for i in 0..n {
-            let r = &self.rs[i];
-            let plan = &self.c.streams[i];
-            let ctx = format!("stream {i} ({plan:?})");
-            if r.key.is_none() {
-                assert!(r.unopenable, "{ctx}: never opened");
-                continue;
-            }
-            if r.aborted_before_end {
-                assert!(r.ended.is_empty(), "{ctx}: Ended after abort");
-            } else {
-                assert_eq!(r.ended.len(), 1, "{ctx}: not ended exactly once");
-            }
-            if let Some(&(reason, _)) = r.ended.first() {
-                match reason {
-                    RelayEnd::Completed => {
-                        match r.status {
-                            Some(200) => {
-                                assert!(matches!(plan.worker, WPlan::Normal | WPlan::Early { .. }))
-                            }
-                            Some(500) => assert!(matches!(plan.worker, WPlan::FailBefore { .. })),
-                            Some(503) => assert!(r.worker_req.is_none(), "{ctx}"),
-                            s => panic!("{ctx}: status {s:?}"),
-                        }
-                        if !r.aborted {
-                            assert_eq!(r.read_end, Some(BodyRead::End), "{ctx}");
-                            assert_eq!(r.read_off, self.expected_response(i).len(), "{ctx}");
-                        }
-                    }
-                    RelayEnd::ConnectionLost => assert!(self.lost, "{ctx}"),
-                    _ => {}
-                }
-            }
-            if !self.lost && !r.aborted {
-                let reason = r.ended[0].0;
-                match (r.worker_req.is_some(), plan.worker) {
-                    (false, _) => assert_eq!((reason, r.status), (RelayEnd::Completed, Some(503))),
-                    (true, WPlan::FailAfter { .. }) => {
-                        assert_eq!(reason, RelayEnd::WorkerAborted, "{ctx}")
-                    }
-                    (true, WPlan::FailBefore { .. }) => {
-                        assert_eq!(
-                            (reason, r.status),
-                            (RelayEnd::Completed, Some(500)),
-                            "{ctx}"
-                        )
-                    }
-                    (true, _) => {
-                        assert_eq!(
-                            (reason, r.status),
-                            (RelayEnd::Completed, Some(200)),
-                            "{ctx}"
-                        )
-                    }
-                }
-                if let (Some(w), WPlan::Normal) = (r.worker_req, plan.worker) {
-                    let s = &self.ws[w];
-                    assert_eq!(s.read_end, Some(BodyRead::End), "{ctx}: request body");
-                    assert_eq!(s.read_off, plan.req_len, "{ctx}");
-                }
-                if r.worker_req.is_none() {
-                    assert!(self.c.worker_max_streams < n, "{ctx}: worker never saw it");
-                }
-            }
+        for i in 0..self.n() {
+            self.final_stream_checks(i);
         }
         for s in &self.ws {
             assert_eq!(
@@ -1536,12 +1456,16 @@ impl Run {
         // Content-Length gets no `abort` frame: the relay waits for the
         // worker's `end` quietly (its `streams_open` above is back to 0).
         let in_flight: Vec<_> = self
-            .in_flight
+            .relay_wire
             .iter()
-            .filter(|(_, (i, _))| !self.rs[*i].aborted)
+            .filter(|(_, &i)| !self.rs[i].aborted)
             .collect();
         assert!(in_flight.is_empty() || self.lost, "{in_flight:?}");
-        assert!(self.w_wire.is_empty() || self.lost, "{:?}", self.w_wire);
+        assert!(
+            self.worker_wire.is_empty() || self.lost,
+            "{:?}",
+            self.worker_wire
+        );
         if !self.lost {
             assert!(!self.p.relay.is_closed() && !self.p.worker.is_closed());
             assert_eq!(rs.bytes_out, ws.bytes_in);

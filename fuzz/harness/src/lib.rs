@@ -17,6 +17,17 @@
 //! The fuzz targets in `fuzz/` are one-liners around these functions, and
 //! `tests/fuzz_corpus.rs` replays the committed seed corpora through them on
 //! stable Rust.
+//!
+//! [`WorkerConnection`]: worker_relay::proto::WorkerConnection
+//! [`RelayConnection`]: worker_relay::proto::RelayConnection
+//!
+//! The wire rules both machine harnesses check on every message a machine
+//! emits are written once, in [`WireCheck`] (with [`Expected`] for "the
+//! bytes are exactly the next ones of the body"); the crate's property test
+//! of whole conversations (`tests/proto_props.rs`) checks with them too.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -41,18 +52,22 @@ macro_rules! trace {
 }
 
 mod cursor;
+mod expected;
 mod frame_decode;
 mod gen;
 mod handshake;
 mod model;
 mod relay;
+mod wire;
 mod worker;
 
 pub use cursor::Cursor;
 pub(crate) use cursor::*;
+pub use expected::Expected;
 pub use frame_decode::frame_decode;
 pub(crate) use gen::*;
 pub use handshake::handshake_and_url;
 pub(crate) use model::*;
 pub use relay::relay_machine;
+pub use wire::{BodyKind, Seen, Side, WireCheck};
 pub use worker::worker_machine;

@@ -98,26 +98,6 @@ impl BodyModel {
     }
 }
 
-/// Takes `data` off the front of the bytes the application queued; false if
-/// they differ (or there are not that many).
-pub(crate) fn consume(out: &mut VecDeque<Bytes>, mut data: &[u8]) -> bool {
-    while !data.is_empty() {
-        let Some(front) = out.front_mut() else {
-            return false;
-        };
-        let n = front.len().min(data.len());
-        if front[..n] != data[..n] {
-            return false;
-        }
-        data = &data[n..];
-        let _ = front.split_to(n);
-        if front.is_empty() {
-            out.pop_front();
-        }
-    }
-    true
-}
-
 /// A message for a trace line: frames in full, chunks by id and length.
 pub(crate) fn short(m: &Message) -> String {
     match m {
@@ -136,13 +116,6 @@ pub(crate) fn short_read(r: &BodyRead) -> String {
     match r {
         BodyRead::Data(d) => format!("Data({} bytes)", d.len()),
         other => format!("{other:?}"),
-    }
-}
-
-pub(crate) fn close_code_of(m: &Message) -> Option<(u16, usize)> {
-    match m {
-        Message::Close(Some(f)) => Some((f.code.0, f.reason.len())),
-        _ => None,
     }
 }
 

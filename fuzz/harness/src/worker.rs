@@ -21,6 +21,11 @@ use worker_relay::proto::{
     WorkerEnd, WorkerEvent, WriteError, MAX_PENDING_REFUSALS,
 };
 
+// The second half of the harness (the peer's frames, the checks after each
+// step), in a file of its own beside this one.
+#[path = "worker_checks.rs"]
+mod checks;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Resp {
     NotStarted,
@@ -42,8 +47,10 @@ pub(crate) struct WKey {
     failed: bool,
     cl: Option<u64>,
     sent: u64,
-    /// Response bytes taken by `send_body` and not on the wire yet.
-    out: VecDeque<Bytes>,
+    /// Response bytes taken by `send_body` and not on the wire yet; sealed
+    /// once the response is finished (or failed). A failed request's whole
+    /// 500 body.
+    out: Expected,
     wire_opened: bool,
     /// The request is a HEAD.
     head_request: bool,
@@ -54,15 +61,9 @@ pub(crate) struct WKey {
     bodiless: bool,
 }
 
-/// A response open on the wire (between its `response` and its `end`/`abort`).
-#[derive(Debug)]
-pub(crate) struct WWire {
-    owner: Option<StreamKey>,
-    cl: Option<u64>,
-    sent: u64,
-    /// No body may follow (a response to HEAD, a 204 or 304 of the app).
-    bodiless: bool,
-}
+/// The body of the 500 the worker answers for a request that failed before
+/// its response.
+const ISE: &[u8] = b"Internal Server Error";
 
 pub(crate) struct WorkerHarness {
     w: WorkerConnection,
@@ -77,7 +78,10 @@ pub(crate) struct WorkerHarness {
     tainted: BTreeSet<StreamId>,
     sent_heads: BTreeMap<StreamId, RequestHead>,
     just_requested: Option<StreamId>,
-    wire: BTreeMap<StreamId, WWire>,
+    /// The wire rules of what the worker emits, and the responses open on
+    /// the wire (between their `response` and their `end`/`abort`), tagged
+    /// with their requests (`None`: the worker's own 400/414/431/503).
+    wire: WireCheck<Option<StreamKey>>,
     // The application's view.
     keys: BTreeMap<StreamKey, WKey>,
     live_by_id: BTreeMap<StreamId, StreamKey>,
@@ -90,7 +94,6 @@ pub(crate) struct WorkerHarness {
     protocol_errors: u64,
     expect_end: BTreeMap<StreamKey, WorkerEnd>,
     closed: bool,
-    close_sent: bool,
     expect_close: Option<u16>,
     last_ping: Option<Bytes>,
     bytes_in: u64,
@@ -162,6 +165,8 @@ impl WorkerHarness {
         let now = base_instant();
         let mut w = WorkerConnection::new(cfg.clone());
         w.handle_timeout(now);
+        let wire = WireCheck::new(Side::Worker, cfg.chunk_size().clamp(1, MAX_CHUNK_BODY))
+            .pings(cfg.keepalive().is_some());
         WorkerHarness {
             w,
             mint: KeyMint::default(),
@@ -173,7 +178,7 @@ impl WorkerHarness {
             tainted: BTreeSet::new(),
             sent_heads: BTreeMap::new(),
             just_requested: None,
-            wire: BTreeMap::new(),
+            wire,
             keys: BTreeMap::new(),
             live_by_id: BTreeMap::new(),
             live_keys: BTreeSet::new(),
@@ -182,7 +187,6 @@ impl WorkerHarness {
             protocol_errors: 0,
             expect_end: BTreeMap::new(),
             closed: false,
-            close_sent: false,
             expect_close: None,
             last_ping: None,
             bytes_in: 0,
@@ -190,10 +194,6 @@ impl WorkerHarness {
             requests_seen: 0,
             ended_seen: 0,
         }
-    }
-
-    fn chunk_limit(&self) -> usize {
-        self.cfg.chunk_size().clamp(1, MAX_CHUNK_BODY)
     }
 
     fn alive_ids(&self) -> Vec<StreamId> {
@@ -389,129 +389,6 @@ impl WorkerHarness {
         }
     }
 
-    /// Feeds one message from the relay and updates the relay's view.
-    fn feed(&mut self, msg: Message) {
-        let was_closed = self.w.is_closed();
-        let wants = self.w.wants_read();
-        let is_data = msg.is_data();
-        let len = msg.len() as u64;
-        let class = classify(&msg, true, &self.cfg.head_limits());
-        trace!("relay -> worker: {} = {class:?}", short(&msg));
-        let fed = msg.clone();
-        let r = self.w.handle_message(msg, self.now);
-        if was_closed {
-            assert_eq!(r, Ok(()), "a closed worker ignores input");
-            return;
-        }
-        if is_data && !wants {
-            assert!(
-                matches!(&r, Err(HandleError::ReadPaused(m)) if m == &fed),
-                "a paused worker hands the message back: {r:?}"
-            );
-            return;
-        }
-        assert_eq!(
-            r,
-            Ok(()),
-            "handle_message refused a message while wants_read"
-        );
-        if is_data {
-            self.bytes_in += len;
-        }
-        match class {
-            Class::TooLarge => {
-                assert!(self.w.is_closed(), "an oversized message must close");
-                self.expect_close = Some(1009);
-            }
-            Class::Close => assert!(self.w.is_closed(), "a close must close"),
-            Class::Request(id, head) => {
-                let live = self.live_keys.len();
-                let refused = match &head {
-                    Err(_) => true,
-                    Ok(h) => {
-                        let limit = if is_control_route(h) {
-                            self.cfg.max_streams()
-                        } else {
-                            (self.cfg.max_streams())
-                                .saturating_sub(self.cfg.reserved_streams())
-                                .max(1)
-                        };
-                        h.headers().content_length().is_err() || live >= limit
-                    }
-                };
-                if !self.live_by_id.contains_key(&id)
-                    && !self.refusals.contains(&id)
-                    && !self.proto_aborts.contains(&id)
-                    && refused
-                {
-                    // Answered by the worker itself: 400, 431, 414 or 503.
-                    self.refusals.insert(id);
-                }
-                if self.alive.contains(&id) || self.tainted.contains(&id) {
-                    // The relay reused an id in flight: no promise holds for it.
-                    self.tainted.insert(id);
-                } else {
-                    self.alive.insert(id);
-                    *self.pending.entry(id).or_default() += 1;
-                    if let Ok(head) = head {
-                        self.sent_heads.insert(id, head);
-                    }
-                }
-                self.just_requested = Some(id);
-            }
-            Class::End(id) => {
-                if let Some(&key) = self.live_by_id.get(&id) {
-                    let k = self.keys.get_mut(&key).expect("live key");
-                    let short = k.req_cl.is_some_and(|cl| k.received < cl);
-                    if k.body.state == BState::Open && short {
-                        self.protocol_error(key);
-                    } else {
-                        k.body.end();
-                    }
-                }
-            }
-            Class::Abort(id) => {
-                // The relay's stream is over: nothing more may go out for it,
-                // not even the worker's own 400/503 answer or `abort`.
-                self.refusals.remove(&id);
-                self.proto_aborts.remove(&id);
-                self.alive.remove(&id);
-                self.pending.remove(&id);
-                self.wire.remove(&id);
-                self.sent_heads.remove(&id);
-                if let Some(&k) = self.live_by_id.get(&id) {
-                    self.keys.get_mut(&k).expect("live key").body.fail();
-                    self.expect_end.insert(k, WorkerEnd::ClientAborted);
-                }
-            }
-            Class::Chunk(id, data) => {
-                if let Some(&key) = self.live_by_id.get(&id) {
-                    let k = self.keys.get_mut(&key).expect("live key");
-                    if k.body.state == BState::Open {
-                        k.received += data.len() as u64;
-                        if k.req_cl.is_some_and(|cl| k.received > cl) {
-                            self.protocol_error(key);
-                            return;
-                        }
-                    }
-                    k.body.push(data);
-                }
-            }
-            Class::Response(..) | Class::BadResponse(_) | Class::Other => {}
-        }
-    }
-
-    /// The model of the worker failing a request whose body broke its
-    /// Content-Length: body gone, queued response dropped, `abort` due.
-    fn protocol_error(&mut self, key: StreamKey) {
-        let k = self.keys.get_mut(&key).expect("live key");
-        k.body.fail();
-        k.out.clear();
-        self.proto_aborts.insert(k.id);
-        self.protocol_errors += 1;
-        self.expect_end.insert(key, WorkerEnd::ProtocolError);
-    }
-
     fn respond(&mut self, key: StreamKey, head: ResponseHead) {
         let r = self.w.respond(key, head.clone());
         trace!("worker app: respond({key:?}, {}) = {r:?}", head.status());
@@ -576,7 +453,7 @@ impl WorkerHarness {
                     );
                     k.sent += n as u64;
                     if n > 0 {
-                        k.out.push_back(data.slice(..n));
+                        k.out.push(data.slice(..n));
                     }
                 }
             },
@@ -612,6 +489,7 @@ impl WorkerHarness {
                     None => assert_eq!(r, Ok(())),
                 }
                 k.resp = Resp::Finished;
+                k.out.seal();
                 k.body.discard();
             }
         }
@@ -633,11 +511,13 @@ impl WorkerHarness {
             Resp::NotStarted => {
                 k.resp = Resp::Finished;
                 k.fail_before = true;
+                k.out = Expected::whole(Bytes::from_static(ISE));
                 k.body.discard();
             }
             Resp::Started => {
                 k.resp = Resp::Finished;
                 k.failed = true;
+                k.out.seal();
                 k.body.discard();
             }
         }
@@ -650,348 +530,5 @@ impl WorkerHarness {
             Some(k) if k.ended.is_none() => k.body.read(&got, "worker"),
             _ => assert_eq!(got, BodyRead::Gone, "read_body of a request not open"),
         }
-    }
-
-    fn transmit(&mut self, n: usize) {
-        for _ in 0..n {
-            let Some(m) = self.w.poll_transmit() else {
-                return;
-            };
-            self.on_emit(m);
-        }
-    }
-
-    /// Checks one message the worker emitted.
-    fn on_emit(&mut self, m: Message) {
-        trace!("worker emits {}", short(&m));
-        assert!(!self.close_sent, "worker emitted {m:?} after its close");
-        assert!(
-            m.len() <= MAX_MESSAGE_LEN,
-            "worker emitted {} bytes",
-            m.len()
-        );
-        if let Some((code, reason)) = close_code_of(&m) {
-            assert!(self.w.is_closed(), "close emitted by an open worker");
-            assert_eq!(Some(code), self.expect_close, "worker closed with {code}");
-            assert!(reason <= 123, "close reason of {reason} bytes");
-            self.close_sent = true;
-            return;
-        }
-        assert!(!self.w.is_closed(), "worker emitted {m:?} while closed");
-        self.bytes_out += m.len() as u64;
-        let d = match &m {
-            Message::Close(None) => panic!("worker closed without a code"),
-            Message::Ping(p) => {
-                assert!(self.cfg.keepalive().is_some(), "ping without keepalive");
-                self.last_ping = Some(p.clone());
-                return;
-            }
-            Message::Pong(_) => panic!("worker emitted a pong"),
-            _ => frame::decode(&m)
-                .expect("data message")
-                .unwrap_or_else(|e| panic!("worker emitted an invalid frame {m:?}: {e}")),
-        };
-        match d {
-            Decoded::Control(ControlFrame::Response { id, head }) => {
-                if self.tainted.contains(&id) {
-                    return;
-                }
-                assert!(
-                    !self.wire.contains_key(&id),
-                    "second response for id {id} while open"
-                );
-                let p = self.pending.entry(id).or_default();
-                assert!(
-                    *p > 0,
-                    "response for id {id}, which the relay did not request or has aborted"
-                );
-                *p -= 1;
-                let owner = self.live_by_id.get(&id).copied().filter(|k| {
-                    let k = &self.keys[k];
-                    k.resp != Resp::NotStarted && !k.wire_opened
-                });
-                let mut bodiless = false;
-                match owner {
-                    Some(key) => {
-                        let k = self.keys.get_mut(&key).expect("live");
-                        k.wire_opened = true;
-                        if k.fail_before {
-                            assert_eq!(head.status(), 500, "a failed request answers 500");
-                        } else {
-                            assert_eq!(Some(&head), k.head.as_ref(), "response head changed");
-                            bodiless = k.bodiless;
-                        }
-                    }
-                    None => {
-                        let s = head.status();
-                        assert!(
-                            [400, 414, 431, 503].contains(&s),
-                            "response {s} for id {id} nobody gave"
-                        );
-                        if s == 503 {
-                            assert_eq!(head.headers().get("retry-after"), Some("1"));
-                        }
-                    }
-                }
-                let cl = head
-                    .headers()
-                    .content_length()
-                    .expect("valid content-length")
-                    .filter(|_| !bodiless);
-                self.wire.insert(
-                    id,
-                    WWire {
-                        owner,
-                        cl,
-                        sent: 0,
-                        bodiless,
-                    },
-                );
-            }
-            Decoded::Chunk(ch) => {
-                let id = ch.id;
-                if self.tainted.contains(&id) {
-                    return;
-                }
-                let chunk_limit = self.chunk_limit();
-                let ww = self.wire.get_mut(&id).unwrap_or_else(|| {
-                    panic!("worker chunk for id {id}, not open (after its end or abort?)")
-                });
-                assert!(!ch.data.is_empty(), "worker emitted an empty chunk");
-                assert!(ch.data.len() <= MAX_CHUNK_BODY);
-                assert!(!ww.bodiless, "a body for a response that has none");
-                ww.sent += ch.data.len() as u64;
-                if let Some(cl) = ww.cl {
-                    assert!(ww.sent <= cl, "body longer than its Content-Length {cl}");
-                }
-                if let Some(key) = ww.owner {
-                    let k = self.keys.get_mut(&key).expect("owner");
-                    if k.fail_before {
-                        assert_eq!(&ch.data[..], b"Internal Server Error");
-                    } else {
-                        assert!(ch.data.len() <= chunk_limit, "chunk over chunk_size");
-                        assert!(
-                            consume(&mut k.out, &ch.data),
-                            "response bytes on the wire differ from what the app sent"
-                        );
-                    }
-                }
-            }
-            Decoded::Control(ControlFrame::End { id }) => {
-                // An id has a stream or a pending refusal, never both: this
-                // `end` completes the refusal if there is one.
-                let refusal = self.refusals.remove(&id);
-                if self.tainted.contains(&id) {
-                    return;
-                }
-                let ww = self.wire.remove(&id).unwrap_or_else(|| {
-                    panic!("worker end for id {id}, not open (after its end or abort?)")
-                });
-                if let Some(cl) = ww.cl {
-                    assert_eq!(ww.sent, cl, "end after {} of {cl} bytes", ww.sent);
-                }
-                assert_eq!(refusal, ww.owner.is_none(), "end of a refusal not pending");
-                self.alive.remove(&id);
-                self.sent_heads.remove(&id);
-                if let Some(key) = ww.owner {
-                    let k = &self.keys[&key];
-                    assert_eq!(k.resp, Resp::Finished, "end before the app finished");
-                    assert!(!k.failed, "end for a failed response");
-                    assert!(k.out.is_empty() || k.fail_before, "end before the body");
-                    self.expect_end.insert(key, WorkerEnd::Completed);
-                }
-            }
-            Decoded::Control(ControlFrame::Abort { id }) => {
-                let proto = self.proto_aborts.remove(&id);
-                if self.tainted.contains(&id) {
-                    return;
-                }
-                if proto {
-                    // The relay broke the body's Content-Length: the stream
-                    // is over, response or not.
-                    self.wire.remove(&id);
-                    self.alive.remove(&id);
-                    self.pending.remove(&id);
-                    self.sent_heads.remove(&id);
-                    return;
-                }
-                let ww = self.wire.remove(&id).unwrap_or_else(|| {
-                    panic!("worker abort for id {id}, not open (after its end or abort?)")
-                });
-                self.alive.remove(&id);
-                self.sent_heads.remove(&id);
-                let key = ww.owner.expect("the worker aborts only its own responses");
-                assert!(
-                    self.keys[&key].failed,
-                    "abort for a response that did not fail"
-                );
-                self.expect_end.insert(key, WorkerEnd::Failed);
-            }
-            other => panic!("worker emitted {other:?}"),
-        }
-    }
-
-    fn after_step(&mut self) {
-        if self.w.is_closed() && !self.closed {
-            self.closed = true;
-            self.refusals.clear();
-            self.proto_aborts.clear();
-            for key in &self.live_keys {
-                self.expect_end.insert(*key, WorkerEnd::ConnectionLost);
-            }
-        }
-        while let Some(e) = self.w.poll_event() {
-            self.on_event(e);
-        }
-        self.check();
-    }
-
-    fn on_event(&mut self, e: WorkerEvent) {
-        trace!("worker event {e:?}");
-        match e {
-            WorkerEvent::Request { key, id, head } => {
-                assert!(!self.keys.contains_key(&key), "key {key:?} reused");
-                assert!(
-                    self.keys.keys().next_back().map_or(true, |k| *k < key),
-                    "keys must increase"
-                );
-                assert_eq!(
-                    Some(id),
-                    self.just_requested,
-                    "Request event without a request"
-                );
-                if !self.tainted.contains(&id) {
-                    assert_eq!(
-                        self.sent_heads.get(&id),
-                        Some(&head),
-                        "the request head changed on its way"
-                    );
-                }
-                assert!(
-                    self.live_by_id.insert(id, key).is_none(),
-                    "two requests open under id {id}"
-                );
-                self.requests_seen += 1;
-                self.live_keys.insert(key);
-                self.keys.insert(
-                    key,
-                    WKey {
-                        id,
-                        ended: None,
-                        body: BodyModel::new(),
-                        resp: Resp::NotStarted,
-                        head: None,
-                        fail_before: false,
-                        failed: false,
-                        cl: None,
-                        sent: 0,
-                        out: VecDeque::new(),
-                        wire_opened: false,
-                        head_request: head.method() == "HEAD",
-                        req_cl: head.headers().content_length().expect("accepted requests"),
-                        received: 0,
-                        bodiless: false,
-                    },
-                );
-            }
-            WorkerEvent::Readable { key } | WorkerEvent::Writable { key } => {
-                let k = self.keys.get(&key).expect("event for an unknown key");
-                assert!(k.ended.is_none(), "{e:?} after Ended");
-            }
-            WorkerEvent::Ended { key, reason } => {
-                let k = self.keys.get_mut(&key).expect("Ended for an unknown key");
-                assert!(k.ended.is_none(), "request ended twice");
-                k.ended = Some(reason);
-                k.body.clear();
-                self.live_keys.remove(&key);
-                let id = k.id;
-                self.ended_seen += 1;
-                let want = self.expect_end.remove(&key);
-                if !self.tainted.contains(&id) {
-                    assert_eq!(want, Some(reason), "request {key:?} (id {id}) ended");
-                }
-                if self.live_by_id.get(&id) == Some(&key) {
-                    self.live_by_id.remove(&id);
-                }
-            }
-            other => panic!("an event this model does not know: {other:?}"),
-        }
-    }
-
-    fn check(&mut self) {
-        // Ends of requests under a reused id are not predicted exactly.
-        let (tainted, keys) = (&self.tainted, &self.keys);
-        self.expect_end
-            .retain(|k, _| !tainted.contains(&keys[k].id));
-        assert!(
-            self.expect_end.is_empty(),
-            "missing Ended: {:?}",
-            self.expect_end
-        );
-        let s = self.w.stats();
-        let mut held_bytes = 0u64;
-        let mut live = 0u64;
-        let mut paused = false;
-        for k in self.live_keys.iter().map(|key| &self.keys[key]) {
-            live += 1;
-            held_bytes += k.body.bytes as u64;
-            let chunks = k.body.held.len();
-            assert!(
-                chunks <= self.cfg.max_unread_chunks() && chunks <= 16,
-                "{chunks} unread chunks held (bound {})",
-                self.cfg.max_unread_chunks()
-            );
-            paused |= chunks >= self.cfg.max_unread_chunks();
-        }
-        assert_eq!(s.body_buffered_in, held_bytes, "unread bytes");
-        assert!(s.body_buffered_in < (self.cfg.max_unread_bytes() + MAX_CHUNK_BODY) as u64);
-        paused |= held_bytes >= self.cfg.max_unread_bytes() as u64;
-        let pending = self.refusals.len() + self.proto_aborts.len();
-        paused |= pending >= MAX_PENDING_REFUSALS;
-        assert!(pending <= MAX_PENDING_REFUSALS, "refusals pile up");
-        assert_eq!(self.w.wants_read(), !self.closed && !paused, "wants_read");
-        assert_eq!(s.streams_open, live, "streams open");
-        assert_eq!(s.streams_opened, self.requests_seen);
-        assert_eq!(s.streams_closed, self.ended_seen);
-        assert_eq!(s.protocol_errors, self.protocol_errors, "protocol errors");
-        assert_eq!(s.bytes_in, self.bytes_in);
-        assert_eq!(s.bytes_out, self.bytes_out);
-        assert!(s.body_queued_out <= self.cfg.max_queued().max(1) as u64);
-        assert!(s.body_queued_out_max <= self.cfg.max_queued().max(1) as u64);
-        assert!(s.body_buffered_in_max >= s.body_buffered_in);
-        if self.closed {
-            assert_eq!(live, 0);
-            assert_eq!(self.w.poll_timeout(), None);
-        }
-    }
-
-    fn finish(mut self) {
-        // The socket takes everything: every finished or failed response
-        // goes out completely.
-        self.transmit(usize::MAX);
-        self.after_step();
-        if !self.closed {
-            for (key, k) in &self.keys {
-                if self.tainted.contains(&k.id) {
-                    continue;
-                }
-                if k.ended.is_none() && k.resp == Resp::Started {
-                    assert!(k.out.is_empty(), "{key:?}: queued body not sent");
-                }
-                assert!(
-                    k.ended.is_some() || k.resp != Resp::Finished,
-                    "{key:?}: finished but its end never went out"
-                );
-            }
-        }
-        // Then the connection goes: every request ends, nothing more goes out.
-        self.w.handle_lost();
-        self.transmit(usize::MAX);
-        self.after_step();
-        assert!(self.w.poll_transmit().is_none());
-        for (key, k) in &self.keys {
-            assert!(k.ended.is_some(), "{key:?} never ended");
-        }
-        assert_eq!(self.w.stats().streams_open, 0);
     }
 }
