@@ -57,6 +57,7 @@ mod frame_decode;
 mod gen;
 mod handshake;
 mod model;
+mod prelude;
 mod relay;
 mod wire;
 mod worker;

@@ -1,25 +1,6 @@
 //! A model of one incoming body (what the application may read), and small helpers.
 
-#![allow(unused_imports)]
-use crate::*;
-use bytes::Bytes;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-use worker_relay::connect::{
-    decide_upgrade, Backoff, BackoffConfig, KeepaliveConfig, Rejected, Token, TokenTable, UrlError,
-    UrlMap, Verdict, WorkerId, SEC_WEBSOCKET_PROTOCOL,
-};
-use worker_relay::frame::{
-    self, CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Headers, Message, RequestHead,
-    ResponseHead, StreamId, MAX_CHUNK_BODY, MAX_MESSAGE_LEN, SUBPROTOCOL,
-};
-use worker_relay::proto::{
-    is_control_route, BodyRead, FinishError, HandleError, OpenError, RelayConfig, RelayConnection,
-    RelayEnd, RelayEvent, RespondError, StreamKey, UnknownStream, WorkerConfig, WorkerConnection,
-    WorkerEnd, WorkerEvent, WriteError, MAX_PENDING_REFUSALS,
-};
+use crate::prelude::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BState {
