@@ -18,8 +18,23 @@
 //!   `Stream + Sink` of [`frame::Message`] and hand out handles, futures
 //!   and body streams/sinks. Each driver does bounded work per poll.
 //!
+//!
+//! The integration layer, off by default (the default build depends only on
+//! bytes, serde, serde_json, thiserror, futures-core and futures-sink):
+//!
+//! - `ws` (feature `tungstenite`): tokio-tungstenite WebSockets as
+//!   [`frame::Message`]s, and the worker's dial with every refusal mapped
+//!   to a [`connect::Verdict`].
+//! - `gateway` (feature `tower`): a relay as two `tower` services (accept
+//!   workers, forward callers) inside any hyper/tower/axum application.
+//! - `server` (feature `tower`): a hardened hyper accept loop (accept
+//!   errors back off, a connection cap, header-read and send timeouts).
+//! - `tunnel` (feature `tower`): any `tower` HTTP service served as a
+//!   worker, with the reconnect loop.
+//!
 //! Each layer's page says what it is for and shows it in a short example;
-//! no layer reaches up (`frame` ← `proto` ← `connect`, `rt`).
+//! no layer reaches up (`frame` ← `proto` ← `connect`, `rt` ← `ws` ←
+//! `gateway`, `server`, `tunnel`).
 //!
 //! ## The run loop
 //!
@@ -151,7 +166,19 @@
 
 pub mod connect;
 pub mod frame;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod gateway;
 pub mod proto;
 pub mod rt;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod server;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tunnel;
+#[cfg(feature = "tungstenite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tungstenite")))]
+pub mod ws;
 
 pub use bytes::Bytes;

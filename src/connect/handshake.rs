@@ -168,6 +168,10 @@ pub enum Refused {
     /// it sent.
     #[error("the relay selected subprotocol {0:?}, not strata-worker-connect.v1")]
     WrongSubprotocol(String),
+    /// The relay's URL cannot be dialled (not a `ws://` or `wss://` URL, no
+    /// host, a scheme this build has no TLS for); the value says why.
+    #[error("cannot dial the relay's URL: {0}")]
+    InvalidUrl(String),
 }
 
 impl Verdict {

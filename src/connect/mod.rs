@@ -177,7 +177,8 @@
 //! let urls = UrlMap::default(); // prefix "/w/"
 //! let route = urls.map("/w/abc/v1/execute?trace=1")?;
 //! assert_eq!((route.worker.as_str(), route.path, route.query), ("abc", "/v1/execute", "trace=1"));
-//! // Forward it to the socket registered for `route.worker`, or answer 502 if none.
+//! // Forward it to the socket registered for `route.worker`, or answer 503 if none
+//! // is connected (502 is for a worker lost while the request is in flight).
 //! assert_eq!(route.worker, worker);
 //! let caller_headers = Headers::try_from_pairs([
 //!     ("Authorization", "Bearer worker-token"), // the worker's own token, forwarded
@@ -199,6 +200,7 @@ mod handshake;
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 mod token;
+mod token_file;
 mod url;
 
 /// The keepalive lives with the state machines that embed it; here for the
@@ -210,4 +212,5 @@ pub use handshake::{
     WorkerHandshake, AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL, WWW_AUTHENTICATE,
 };
 pub use token::{Token, TokenError, TokenTable, TokenTableError, REDACTED};
+pub use token_file::{TokenFileError, TokenLineError};
 pub use url::{Route, UrlError, UrlMap, WorkerId, WorkerIdError};

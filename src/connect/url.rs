@@ -31,6 +31,14 @@ impl WorkerId {
     }
 }
 
+/// Maps keyed by worker id can be searched with a `&str` (the derived
+/// `Eq`, `Ord` and `Hash` are those of the text).
+impl std::borrow::Borrow<str> for WorkerId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 fn check_worker_id(id: &str) -> Result<(), WorkerIdError> {
     if id.is_empty() {
         return Err(WorkerIdError::Empty);

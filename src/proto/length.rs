@@ -26,7 +26,7 @@ impl Length {
 
     /// Whether `n` more bytes stay within the announced length.
     pub fn fits(&self, n: usize) -> bool {
-        self.declared.map_or(true, |cl| self.done + n as u64 <= cl)
+        self.declared.is_none_or(|cl| self.done + n as u64 <= cl)
     }
 
     /// `n` more bytes went by.

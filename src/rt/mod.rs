@@ -69,7 +69,11 @@ mod driver;
 mod overflow;
 mod relay;
 mod side;
+#[cfg(feature = "tower")]
+pub(crate) mod sink_ext;
 mod timer;
+#[cfg(feature = "tokio")]
+mod tokio_timer;
 mod worker;
 
 pub use driver::{Closed, DriverError};
@@ -79,6 +83,8 @@ pub use relay::{
     ResponseBody, ResponseFuture,
 };
 pub use timer::{Sleep, Timer};
+#[cfg(feature = "tokio")]
+pub use tokio_timer::TokioTimer;
 pub use worker::{
     worker, ClientGone, Incoming, Request, RequestBody, Responder, ResponseSink, WorkerDriver,
 };

@@ -241,6 +241,49 @@ type SharedRef = Arc<Mutex<Shared>>;
 /// to the crate's [`Message`]). Spawn or poll the [`RelayDriver`]; send
 /// requests through the [`RelayHandle`] (cheap to clone).
 ///
+/// Both sides over an in-memory pipe, on tokio (any executor will do; the
+/// WebSocket here is tokio-tungstenite's, through
+/// `ws::WsSocket`, feature `tungstenite`):
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use futures::{SinkExt, StreamExt};
+/// use tokio_tungstenite::{tungstenite::protocol::Role, WebSocketStream};
+/// use worker_relay::frame::{Headers, RequestHead, ResponseHead};
+/// use worker_relay::proto::{RelayConfig, WorkerConfig};
+/// use worker_relay::rt::{self, TokioTimer};
+/// use worker_relay::ws::WsSocket;
+///
+/// let (a, b) = tokio::io::duplex(64 << 10);
+/// let relay_socket = WsSocket::server(a).await;
+/// let worker_socket = WsSocket(WebSocketStream::from_raw_socket(b, Role::Client, None).await);
+///
+/// // The relay: a handle to send requests with, and a driver to spawn.
+/// let (handle, driver) = rt::relay(relay_socket, TokioTimer, RelayConfig::default());
+/// tokio::spawn(driver);
+///
+/// // The worker: answers every request with "hello".
+/// let (mut incoming, driver) = rt::worker(worker_socket, TokioTimer, WorkerConfig::default());
+/// tokio::spawn(driver);
+/// tokio::spawn(async move {
+///     while let Some(req) = incoming.next().await {
+///         let mut body = req.responder.respond(ResponseHead::new(200, Headers::new())?)?;
+///         body.send("hello".into()).await?;
+///         body.close().await?;
+///     }
+///     Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+/// });
+///
+/// let response = handle
+///     .send_empty(RequestHead::new("GET", "/greeting", "", Headers::new())?)?
+///     .await?;
+/// assert_eq!(response.head.status(), 200);
+/// let body: Vec<_> = response.body.map(|piece| piece.unwrap()).collect().await;
+/// assert_eq!(body.concat(), b"hello");
+/// # Ok(()) }
+/// ```
+///
 /// With [`RelayConfig::overflow`](crate::proto::RelayConfig::overflow) set,
 /// a slow caller's response waits in memory ([`MemoryOverflow`]); give a
 /// store of your own (temporary files) with [`relay_with_overflow`].
@@ -303,6 +346,27 @@ impl RelayHandle {
     ///
     /// Dropping the sink before closing it, or the response future or body
     /// before the end, aborts the stream (the caller has gone).
+    ///
+    /// ```
+    /// use futures::SinkExt;
+    /// use worker_relay::frame::{Headers, RequestHead};
+    /// use worker_relay::rt::{RelayHandle, Response};
+    ///
+    /// type BoxError = Box<dyn std::error::Error + Send + Sync>;
+    ///
+    /// /// `POST /echo` with a small body: written in full before the
+    /// /// answer is awaited, which is fine while the body fits the
+    /// /// connection's queue (see the module docs for large bodies).
+    /// async fn post(handle: &RelayHandle, body: &'static [u8]) -> Result<Response, BoxError> {
+    ///     let mut headers = Headers::new();
+    ///     headers.try_push("content-length", body.len().to_string())?;
+    ///     let (mut sink, response) =
+    ///         handle.send_request(RequestHead::new("POST", "/echo", "", headers)?)?;
+    ///     sink.send(body.into()).await?;
+    ///     sink.close().await?; // `end`
+    ///     Ok(response.await?)
+    /// }
+    /// ```
     pub fn send_request(
         &self,
         head: RequestHead,

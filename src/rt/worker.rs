@@ -103,6 +103,31 @@ type SharedRef = Arc<Mutex<Shared>>;
 
 /// Creates the worker side of a connection over `socket`. Poll the
 /// [`WorkerDriver`] (spawn it) and take requests from [`Incoming`].
+///
+/// A worker that echoes every request body, each request on its own task
+/// ([`relay`](super::relay) shows both sides together):
+///
+/// ```
+/// use futures::{SinkExt, StreamExt};
+/// use worker_relay::frame::{Headers, ResponseHead};
+/// use worker_relay::rt::Incoming;
+///
+/// async fn echo(mut incoming: Incoming) {
+///     while let Some(req) = incoming.next().await {
+///         tokio::spawn(async move {
+///             let head = ResponseHead::new(200, Headers::new())?;
+///             let mut sink = req.responder.respond(head)?;
+///             let mut body = req.body;
+///             while let Some(piece) = body.next().await {
+///                 sink.send(piece?).await?; // an Err: the client has gone
+///             }
+///             sink.close().await?; // `end`; dropping the sink unclosed aborts
+///             Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+///         });
+///     }
+/// }
+/// # let _ = echo;
+/// ```
 pub fn worker<S, T, E>(socket: S, timer: T, config: WorkerConfig) -> (Incoming, WorkerDriver<S, T>)
 where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
@@ -301,7 +326,9 @@ pub struct ResponseSink {
 }
 
 impl ResponseSink {
-    /// Fails the response after it started: the relay receives `abort`.
+    /// Fails the response after it started: the relay receives `abort`,
+    /// after the body already flushed. A piece given to `start_send` and
+    /// not yet flushed is dropped: flush first to have it sent.
     pub fn fail(mut self) {
         self.core.closed = true;
         fail(&self.guard);

@@ -1,0 +1,138 @@
+//! A worker's upgrade request: the handshake decision, the 101, and the
+//! connection's life after it.
+
+use super::{answer, GatewayBody, Inner};
+use crate::connect::http::decide_upgrade_http;
+use crate::connect::WorkerId;
+use crate::frame::{Message, SUBPROTOCOL};
+use crate::rt::{self, DriverError, TokioTimer};
+use crate::ws::WsSocket;
+use futures_core::Stream;
+use futures_sink::Sink;
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::sync::Arc;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+/// Answers a worker's upgrade request and, on 101, spawns the connection's
+/// task. Needs a hyper server with upgrades enabled (hyper's
+/// `serve_connection(..).with_upgrades()`, axum's `serve`, this crate's
+/// [`server::serve`](crate::server::serve)).
+pub(super) fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<GatewayBody> {
+    let headers = req.headers();
+    let is_upgrade = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
+    let (true, Some(key)) = (is_upgrade && req.method() == http::Method::GET, key) else {
+        tracing::info!("refused a connection: not a WebSocket upgrade (400)");
+        return answer(StatusCode::BAD_REQUEST, "expected a WebSocket upgrade");
+    };
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_some_and(|v| v.as_bytes() != b"13")
+    {
+        let mut resp = answer(StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 only");
+        resp.headers_mut().insert(
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static("13"),
+        );
+        return resp;
+    }
+    let worker = match decide_upgrade_http(&inner.tokens, headers) {
+        Ok(accepted) => accepted.into_worker(),
+        Err(rejected) => {
+            tracing::info!("refused a worker: {rejected} ({})", rejected.status());
+            let status = StatusCode::from_u16(rejected.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            let mut resp = answer(status, &rejected.to_string());
+            for (n, v) in rejected.response_headers() {
+                resp.headers_mut().insert(*n, HeaderValue::from_static(v));
+            }
+            return resp;
+        }
+    };
+    if inner.registry.policy() == super::DuplicatePolicy::Refuse
+        && inner.registry.handle(worker.as_str()).is_some()
+    {
+        tracing::info!("worker {worker}: refused a second connection while connected (503)");
+        let mut resp = answer(StatusCode::SERVICE_UNAVAILABLE, "worker already connected");
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return resp;
+    }
+    if req
+        .extensions()
+        .get::<hyper::upgrade::OnUpgrade>()
+        .is_none()
+    {
+        tracing::error!(
+            "cannot upgrade: the server does not support upgrades (hyper: with_upgrades())"
+        );
+        return answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "upgrades are not enabled",
+        );
+    }
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let inner2 = inner.clone();
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::info!("worker {worker}: upgrade failed: {e}");
+                return;
+            }
+        };
+        let socket = WsSocket::server(TokioIo::new(upgraded)).await;
+        let _ = attach(&inner2, worker, socket).await;
+    });
+    let mut resp = Response::new(GatewayBody::empty());
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(
+        header::SEC_WEBSOCKET_PROTOCOL,
+        HeaderValue::from_static(SUBPROTOCOL),
+    );
+    if let Ok(v) = HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    resp
+}
+
+/// Drives `socket` as `worker`'s connection until it ends, registered in
+/// the gateway meanwhile. `None` if the duplicate policy refused it.
+pub(super) async fn attach<S, E>(
+    inner: &Inner,
+    worker: WorkerId,
+    socket: S,
+) -> Option<Result<rt::Closed, DriverError<E>>>
+where
+    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
+    E: std::fmt::Display,
+{
+    let (handle, driver) = rt::relay_with_overflow(
+        socket,
+        TokioTimer,
+        inner.relay.clone(),
+        inner.overflow.clone(),
+    );
+    let Some(mut registration) = inner.registry.register(worker.clone(), handle) else {
+        tracing::info!("worker {worker}: refused a second connection while connected");
+        return None;
+    };
+    tracing::info!("worker {worker} connected");
+    let result = driver.await;
+    registration.reason = match &result {
+        Ok(closed) => closed.to_string(),
+        Err(DriverError::KeepaliveTimeout) => {
+            "keepalive timeout: no pong and nothing read (frozen or gone)".into()
+        }
+        Err(e) => e.to_string(),
+    };
+    tracing::info!("worker {worker} disconnected: {}", registration.reason);
+    Some(result)
+}

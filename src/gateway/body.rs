@@ -1,0 +1,112 @@
+//! The body of a response the gateway gives its caller.
+
+use crate::rt::{BodyError, ResponseBody};
+use bytes::Bytes;
+use futures_core::Stream;
+use http_body::{Frame, SizeHint};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// The body of a response from [`Forward`](super::Forward) or
+/// [`Connect`](super::Connect): either the gateway's own short answer, or
+/// the worker's body as it streams in.
+///
+/// When the worker fails a response it has started (`abort`, a broken
+/// Content-Length, a lost connection), the body **ends with an error**, not
+/// with a clean end, so that the server cuts the caller's response short
+/// (hyper closes the connection without the last chunk) and the caller
+/// sees a failed response rather than a complete one. Before the error, the
+/// body yields once, so that the server writes out what it holds (the head
+/// and the bytes that arrived) first: the caller sees the response start,
+/// then fail.
+pub struct GatewayBody {
+    kind: Kind,
+}
+
+enum Kind {
+    Full(Option<Bytes>),
+    Worker {
+        body: ResponseBody,
+        /// The worker's failure, held back for one poll.
+        failed: Option<BodyError>,
+    },
+}
+
+impl GatewayBody {
+    /// A body of exactly these bytes.
+    pub fn full(data: impl Into<Bytes>) -> GatewayBody {
+        let data = data.into();
+        GatewayBody {
+            kind: Kind::Full((!data.is_empty()).then_some(data)),
+        }
+    }
+
+    /// An empty body.
+    pub fn empty() -> GatewayBody {
+        GatewayBody {
+            kind: Kind::Full(None),
+        }
+    }
+
+    /// A worker's response body.
+    pub fn worker(body: ResponseBody) -> GatewayBody {
+        GatewayBody {
+            kind: Kind::Worker { body, failed: None },
+        }
+    }
+}
+
+impl std::fmt::Debug for GatewayBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            Kind::Full(b) => write!(
+                f,
+                "GatewayBody::Full({} bytes)",
+                b.as_ref().map_or(0, Bytes::len)
+            ),
+            Kind::Worker { .. } => f.write_str("GatewayBody::Worker"),
+        }
+    }
+}
+
+impl http_body::Body for GatewayBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match &mut self.get_mut().kind {
+            Kind::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            Kind::Worker { body, failed } => {
+                if let Some(e) = failed.take() {
+                    return Poll::Ready(Some(Err(e)));
+                }
+                match Pin::new(body).poll_next(cx) {
+                    Poll::Ready(Some(Ok(data))) => Poll::Ready(Some(Ok(Frame::data(data)))),
+                    Poll::Ready(Some(Err(e))) => {
+                        // Yield once: the server flushes what it holds, then
+                        // polls again and gets the error.
+                        *failed = Some(e);
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                    Poll::Ready(None) => Poll::Ready(None),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.kind, Kind::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Full(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Kind::Worker { .. } => SizeHint::default(),
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! A relay inside any hyper, tower or axum application (feature `tower`).
+//!
+//! A [`Gateway`] holds the relay's state: who may connect (a
+//! [`TokenTable`]), who is connected (one connection per worker id, with a
+//! [`DuplicatePolicy`]), and the settings of each connection. It hands out
+//! two `tower` services, cheap to clone:
+//!
+//! - [`Connect`] answers a worker's upgrade request (`GET /connect`): 400
+//!   without the subprotocol, 401 for a bad token, 101 otherwise; then the
+//!   connection lives on its own task, registered under its worker.
+//! - [`Forward`] forwards a caller's request `/w/<id>/<path>?<query>` to
+//!   worker `<id>` and streams the answer back as a [`GatewayBody`]: 404 for
+//!   an unknown worker or path, 503 for one that is not connected or busy,
+//!   502 when the worker fails; a response the worker aborts after it
+//!   started ends with an error, so the caller sees it fail.
+//!
+//! [`Gateway::service`] is both behind one service (by path), ready for
+//! [`server::serve`](crate::server::serve) or hyper. Both services need a
+//! tokio runtime; [`Connect`] needs a hyper server with upgrades enabled
+//! (axum's `serve` has them).
+//!
+//! Embedding in an axum app with routes of its own:
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use axum::{routing::get, Router};
+//! use worker_relay::connect::TokenTable;
+//! use worker_relay::gateway::Gateway;
+//!
+//! let gateway = Gateway::new(TokenTable::parse("abc s3cret")?);
+//! let app = Router::new()
+//!     .route("/status", get(|| async { "fine" }))
+//!     .route_service("/connect", gateway.connect())
+//!     .route_service("/w/{*rest}", gateway.forward());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Route with `route_service` (or a fallback): `nest_service` would strip
+//! the `/w` prefix the gateway maps by.
+
+mod accept;
+mod body;
+mod forward;
+mod registry;
+
+pub use body::GatewayBody;
+pub use registry::{DuplicatePolicy, Presence};
+
+use crate::connect::{TokenTable, UrlMap, WorkerId};
+use crate::frame::Message;
+use crate::proto::{OverflowConfig, RelayConfig, Stats};
+use crate::rt::{self, DriverError, MemoryOverflow, Overflow, RelayHandle};
+use futures_core::Stream;
+use futures_sink::Sink;
+use http::{Request, Response, StatusCode};
+use registry::Registry;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// The errors a request body may fail with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The path workers dial by default.
+pub const CONNECT_PATH: &str = "/connect";
+
+/// A relay's state, shared by its services. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tokens: TokenTable,
+    urls: UrlMap,
+    connect_path: String,
+    relay: RelayConfig,
+    overflow: Arc<dyn Overflow>,
+    upload_timeout: Duration,
+    registry: Registry,
+}
+
+/// Settings of a [`Gateway`]; from [`Gateway::builder`].
+pub struct GatewayBuilder {
+    tokens: TokenTable,
+    urls: UrlMap,
+    connect_path: String,
+    relay: RelayConfig,
+    overflow: Arc<dyn Overflow>,
+    upload_timeout: Duration,
+    duplicates: DuplicatePolicy,
+    presence_capacity: usize,
+}
+
+impl GatewayBuilder {
+    /// How caller URLs map to workers (default: under `/w/`).
+    pub fn urls(mut self, urls: UrlMap) -> Self {
+        self.urls = urls;
+        self
+    }
+
+    /// The path [`Gateway::service`] sends to [`Connect`] (default
+    /// [`CONNECT_PATH`]).
+    pub fn connect_path(mut self, path: impl Into<String>) -> Self {
+        self.connect_path = path.into();
+        self
+    }
+
+    /// Each worker connection's settings. The default is the crate's, with
+    /// slow callers' responses overflowing (1 MiB per stream in memory,
+    /// then the overflow store).
+    pub fn relay_config(mut self, config: RelayConfig) -> Self {
+        self.relay = config;
+        self
+    }
+
+    /// Where slow callers' responses wait (default: memory, within the
+    /// budgets of [`RelayConfig::overflow`]; give temporary files for large
+    /// responses).
+    pub fn overflow(mut self, overflow: Arc<dyn Overflow>) -> Self {
+        self.overflow = overflow;
+        self
+    }
+
+    /// How long a caller's request body may send nothing before the
+    /// request is aborted (default 60 s, as nginx's `client_body_timeout`).
+    pub fn upload_timeout(mut self, timeout: Duration) -> Self {
+        self.upload_timeout = timeout;
+        self
+    }
+
+    /// What a second connection of a connected worker does (default
+    /// [`DuplicatePolicy::Replace`]).
+    pub fn duplicates(mut self, policy: DuplicatePolicy) -> Self {
+        self.duplicates = policy;
+        self
+    }
+
+    /// How many [`Presence`] events a slow subscriber may lag behind before
+    /// it misses some (default 256).
+    pub fn presence_capacity(mut self, n: usize) -> Self {
+        self.presence_capacity = n;
+        self
+    }
+
+    /// The gateway.
+    pub fn build(self) -> Gateway {
+        Gateway {
+            inner: Arc::new(Inner {
+                tokens: self.tokens,
+                urls: self.urls,
+                connect_path: self.connect_path,
+                relay: self.relay,
+                overflow: self.overflow,
+                upload_timeout: self.upload_timeout,
+                registry: Registry::new(self.duplicates, self.presence_capacity),
+            }),
+        }
+    }
+}
+
+impl Gateway {
+    /// A gateway for the workers of `tokens`, with the default settings.
+    pub fn new(tokens: TokenTable) -> Gateway {
+        Gateway::builder(tokens).build()
+    }
+
+    /// Settings for a gateway for the workers of `tokens`.
+    pub fn builder(tokens: TokenTable) -> GatewayBuilder {
+        let relay = RelayConfig::builder()
+            .overflow(Some(OverflowConfig::default()))
+            .build()
+            .expect("the default settings are valid");
+        GatewayBuilder {
+            tokens,
+            urls: UrlMap::default(),
+            connect_path: CONNECT_PATH.into(),
+            relay,
+            overflow: Arc::new(MemoryOverflow),
+            upload_timeout: Duration::from_secs(60),
+            duplicates: DuplicatePolicy::default(),
+            presence_capacity: 256,
+        }
+    }
+
+    /// The service that accepts workers' upgrade requests.
+    pub fn connect(&self) -> Connect {
+        Connect(self.inner.clone())
+    }
+
+    /// The service that forwards callers' requests to workers.
+    pub fn forward(&self) -> Forward {
+        Forward(self.inner.clone())
+    }
+
+    /// [`Connect`] for the connect path, [`Forward`] for everything else.
+    pub fn service(&self) -> GatewayService {
+        GatewayService(self.inner.clone())
+    }
+
+    /// Serves `socket` as `worker`'s connection until it ends, registered
+    /// meanwhile: for a WebSocket accepted some other way (axum's
+    /// `WebSocketUpgrade` mapped to [`Message`]s, say) after your own
+    /// handshake decision. `None` if [`DuplicatePolicy::Refuse`] refused it.
+    pub async fn attach<S, E>(
+        &self,
+        worker: WorkerId,
+        socket: S,
+    ) -> Option<Result<rt::Closed, DriverError<E>>>
+    where
+        S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
+        E: std::fmt::Display,
+    {
+        accept::attach(&self.inner, worker, socket).await
+    }
+
+    /// The connection of `worker`, if it is connected.
+    pub fn handle(&self, worker: &str) -> Option<RelayHandle> {
+        self.inner.registry.handle(worker)
+    }
+
+    /// Whether `worker` is connected now.
+    pub fn is_connected(&self, worker: &str) -> bool {
+        self.handle(worker).is_some()
+    }
+
+    /// The workers connected now.
+    pub fn connected(&self) -> Vec<WorkerId> {
+        self.inner.registry.workers()
+    }
+
+    /// The counters of `worker`'s connection, if it is connected.
+    pub fn stats(&self, worker: &str) -> Option<Stats> {
+        Some(self.handle(worker)?.stats())
+    }
+
+    /// News of workers connecting and disconnecting, from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Presence> {
+        self.inner.registry.subscribe()
+    }
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("tokens", &self.inner.tokens)
+            .field("connected", &self.connected())
+            .finish()
+    }
+}
+
+/// A short `text/plain` answer.
+fn answer(status: StatusCode, text: &str) -> Response<GatewayBody> {
+    let mut resp = Response::new(GatewayBody::full(format!("{text}\n")));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// The future of the gateway's services.
+pub type ResponseFuture =
+    Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, Infallible>> + Send>>;
+
+macro_rules! service {
+    ($(#[$doc:meta])* $name:ident, |$inner:ident, $req:ident| $body:expr) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $name(Arc<Inner>);
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(stringify!($name))
+            }
+        }
+
+        impl<B> tower::Service<Request<B>> for $name
+        where
+            B: http_body::Body + Send + 'static,
+            B::Data: Send,
+            B::Error: Into<BoxError>,
+        {
+            type Response = Response<GatewayBody>;
+            type Error = Infallible;
+            type Future = ResponseFuture;
+
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+                Poll::Ready(Ok(()))
+            }
+
+            fn call(&mut self, $req: Request<B>) -> ResponseFuture {
+                let $inner = self.0.clone();
+                Box::pin(async move { Ok($body) })
+            }
+        }
+    };
+}
+
+service!(
+    /// Accepts workers' upgrade requests (see the [module docs](self)).
+    Connect,
+    |inner, req| accept::accept(&inner, req)
+);
+
+service!(
+    /// Forwards callers' requests to their workers (see the
+    /// [module docs](self)).
+    Forward,
+    |inner, req| forward::forward(inner, req).await
+);
+
+service!(
+    /// [`Connect`] on the gateway's connect path, [`Forward`] elsewhere.
+    GatewayService,
+    |inner, req| {
+        if req.uri().path() == inner.connect_path {
+            accept::accept(&inner, req)
+        } else {
+            forward::forward(inner, req).await
+        }
+    }
+);

@@ -1,0 +1,171 @@
+//! A hardened HTTP/1.1 accept loop for a relay (feature `tower`): what
+//! `hyper` leaves to its caller, with the defaults nginx has.
+//!
+//! - **Accept errors do not end it.** Out of file descriptors (`EMFILE`),
+//!   memory or buffers, it logs, waits (100 ms, doubling to 1 s while the
+//!   errors last) and goes on; a connection reset before it was taken is
+//!   skipped at once.
+//! - **A connection cap** ([`ServerConfig::max_connections`]): at the cap it
+//!   stops accepting (the kernel's backlog holds the rest) until a
+//!   connection ends.
+//! - **A header-read timeout** (10 s): a client that sends no complete
+//!   request head in time, including an idle keep-alive connection, is
+//!   closed (a slowloris holds nothing for long).
+//! - **A send timeout** (60 s): a connection whose writes make no progress
+//!   for that long is closed, as nginx's `send_timeout` (a caller or worker
+//!   that stopped reading holds nothing for long).
+//! - **Upgrades** are enabled, so a [`Gateway`](crate::gateway::Gateway)'s
+//!   workers can connect.
+//! - A failing connection only ends itself; logging goes through `tracing`
+//!   and never panics.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use worker_relay::connect::TokenTable;
+//! use worker_relay::gateway::Gateway;
+//! use worker_relay::server::{serve, ServerConfig};
+//!
+//! let gateway = Gateway::new(TokenTable::parse("abc s3cret")?);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! // Runs until the process ends: `serve` never returns.
+//! match serve(listener, gateway.service(), ServerConfig::default()).await {}
+//! # }
+//! ```
+
+mod timed_io;
+
+use crate::gateway::BoxError;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use std::convert::Infallible;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+use timed_io::TimedIo;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// The limits of [`serve`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Connections open at once (HTTP connections; an upgraded worker
+    /// connection leaves the count). Default 10,000: keep it below the
+    /// process's file limit (`ulimit -n`).
+    pub max_connections: usize,
+    /// How long a client has to send a complete request head, from the
+    /// moment the server waits for one (a new connection, or a keep-alive
+    /// connection between requests). Default 10 s.
+    pub header_read_timeout: Duration,
+    /// How long a write may make no progress before the connection is
+    /// closed. Default 60 s.
+    pub send_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            max_connections: 10_000,
+            header_read_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The defaults with a different connection cap.
+    pub fn max_connections(mut self, n: usize) -> ServerConfig {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// The defaults with a different header-read timeout.
+    pub fn header_read_timeout(mut self, t: Duration) -> ServerConfig {
+        self.header_read_timeout = t;
+        self
+    }
+
+    /// The defaults with a different send timeout.
+    pub fn send_timeout(mut self, t: Duration) -> ServerConfig {
+        self.send_timeout = t;
+        self
+    }
+}
+
+/// Serves `service` on every connection `listener` accepts, forever (drop
+/// or abort the future to stop accepting; connections already open run on
+/// their own tasks). Needs a tokio runtime.
+pub async fn serve<S, B>(listener: TcpListener, service: S, config: ServerConfig) -> Infallible
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let slots = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    let mut backoff = Duration::ZERO;
+    loop {
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                tracing::warn!(
+                    max = config.max_connections,
+                    "at the connection cap: not accepting until a connection ends"
+                );
+                // The semaphore is never closed: this waits for a slot.
+                let Ok(p) = slots.clone().acquire_owned().await else {
+                    continue;
+                };
+                p
+            }
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff = Duration::ZERO;
+                stream
+            }
+            Err(e) if is_connection_error(&e) => {
+                tracing::debug!("accept failed: {e}");
+                continue;
+            }
+            Err(e) => {
+                backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
+                tracing::warn!("accept failed: {e}; waiting {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(service.clone());
+        let config = config.clone();
+        tokio::spawn(async move {
+            let io = TokioIo::new(TimedIo::new(stream, config.send_timeout));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(config.header_read_timeout)
+                .serve_connection(io, service)
+                .with_upgrades();
+            if let Err(e) = conn.await {
+                tracing::debug!("connection ended with an error: {e}");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Accept errors about one connection (it was reset or aborted before we
+/// took it): skip it. Every other error (out of file descriptors, memory or
+/// buffers) means waiting helps and retrying at once would spin.
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}

@@ -1,0 +1,163 @@
+//! Any `tower` HTTP service served as a worker (feature `tower`): an axum
+//! or hyper application, or a proxy to a local server, reachable through a
+//! relay without opening a port.
+//!
+//! - [`serve`] serves one connection: each request becomes an
+//!   `http::Request<`[`TunnelBody`]`>` for the service, on its own task; the
+//!   service's response streams back. A service error, or a response head
+//!   the protocol cannot carry, is answered 500; a response body that fails
+//!   after the head aborts the stream, so the caller sees it fail. When the
+//!   caller goes away, the service's future is dropped.
+//! - [`Tunnel`] is the whole worker: dial with [`ws::dial`](crate::ws::dial),
+//!   serve, reconnect with the spec's [`Backoff`](crate::connect::Backoff)
+//!   and jitter, until the relay refuses the worker for good.
+//!
+//! ```no_run
+//! # async fn run() {
+//! use axum::{routing::get, Router};
+//! use worker_relay::connect::Token;
+//! use worker_relay::tunnel::Tunnel;
+//!
+//! let app = Router::new().route("/health", get(|| async { "ok" }));
+//! let token = Token::new("s3cret").ok();
+//! let refused = Tunnel::new("ws://127.0.0.1:8080/connect", token).run(app).await;
+//! eprintln!("the relay refused this worker: {refused}");
+//! # }
+//! ```
+
+mod body;
+mod run;
+
+pub use body::TunnelBody;
+pub use run::{Jitter, Tunnel};
+
+use crate::connect::http::{request_builder, response_head_from_parts};
+use crate::frame::Message;
+use crate::gateway::BoxError;
+use crate::proto::WorkerConfig;
+use crate::rt::{self, sink_ext, DriverError, ResponseSink, TokioTimer};
+use bytes::Buf;
+use futures_core::Stream;
+use futures_sink::Sink;
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use std::future::poll_fn;
+use std::pin::pin;
+use tokio::task::JoinSet;
+
+/// Serves one connection with `service` until it ends, each request on its
+/// own task (tasks still running when the connection ends are cancelled).
+/// Needs a tokio runtime.
+pub async fn serve<S, E, Svc, B>(
+    socket: S,
+    config: WorkerConfig,
+    service: Svc,
+) -> Result<rt::Closed, DriverError<E>>
+where
+    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
+    Svc: tower::Service<Request<TunnelBody>, Response = Response<B>> + Clone + Send + 'static,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let (mut incoming, driver) = rt::worker(socket, TokioTimer, config);
+    let mut driver = pin!(driver);
+    let mut tasks = JoinSet::new();
+    let mut accepting = true;
+    loop {
+        tokio::select! {
+            result = &mut driver => return result,
+            req = poll_fn(|cx| std::pin::Pin::new(&mut incoming).poll_next(cx)), if accepting => match req {
+                Some(req) => {
+                    tasks.spawn(handle(req, service.clone()));
+                }
+                None => accepting = false,
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+}
+
+/// Answers one request with `service`.
+async fn handle<Svc, B>(req: rt::Request, mut service: Svc)
+where
+    Svc: tower::Service<Request<TunnelBody>, Response = Response<B>>,
+    Svc::Error: Into<BoxError>,
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let rt::Request {
+        head,
+        body,
+        responder,
+        ..
+    } = req;
+    let request = match request_builder(&head).map(|b| b.body(TunnelBody::new(body, &head))) {
+        Ok(Ok(r)) => r,
+        _ => {
+            tracing::debug!("a request the http crate cannot carry: {}", head.target());
+            return responder.fail();
+        }
+    };
+    let gone = responder.client_gone();
+    let answer = async {
+        poll_fn(|cx| service.poll_ready(cx))
+            .await
+            .map_err(Into::into)?;
+        service.call(request).await.map_err(Into::<BoxError>::into)
+    };
+    let response = tokio::select! {
+        r = answer => r,
+        () = gone => return, // the caller left: drop the app's work
+    };
+    let response = match response {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("the service failed: {e}; answering 500");
+            return responder.fail();
+        }
+    };
+    let (parts, body) = response.into_parts();
+    let head = match response_head_from_parts(&parts) {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!("the service's response cannot be sent: {e}; answering 500");
+            return responder.fail();
+        }
+    };
+    let Ok(sink) = responder.respond(head) else {
+        return;
+    };
+    stream_body(body, sink).await;
+}
+
+/// Streams `body` into `sink`; a body error fails the response (`abort`).
+async fn stream_body<B>(body: B, mut sink: ResponseSink)
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let mut body = pin!(body);
+    loop {
+        let frame = poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+        let data = match frame.map(|f| f.map(Frame::into_data).map_err(Into::<BoxError>::into)) {
+            None => break,
+            Some(Ok(Ok(mut data))) => data.copy_to_bytes(data.remaining()),
+            Some(Ok(Err(_trailers))) => continue, // the protocol has no trailers
+            Some(Err(e)) => {
+                tracing::debug!("the response body failed: {e}; aborting");
+                // What the body produced before it failed goes out first.
+                if sink_ext::flush(&mut sink).await.is_ok() {
+                    sink.fail();
+                }
+                return;
+            }
+        };
+        if !data.is_empty() && sink_ext::send(&mut sink, data).await.is_err() {
+            return; // the caller has gone
+        }
+    }
+    let _ = sink_ext::close(&mut sink).await;
+}

@@ -1,0 +1,152 @@
+//! The worker's whole life: dial, serve, reconnect.
+
+use super::{serve, TunnelBody};
+use crate::connect::{Backoff, BackoffConfig, Refused, Token, Verdict, WorkerHandshake};
+use crate::gateway::BoxError;
+use crate::proto::WorkerConfig;
+use crate::rt::{Closed, DriverError};
+use crate::ws;
+use http::{Request, Response};
+use http_body::Body;
+use std::time::Duration;
+
+/// A source of numbers uniform in `[0, 1)` for the backoff's jitter.
+pub type Jitter = Box<dyn FnMut() -> f64 + Send>;
+
+/// A worker: dials its relay, serves a service over the connection, and
+/// reconnects after the spec's backoff (1 s doubling to 60 s, a random wait
+/// in `[delay/2, delay]`, back to 1 s after a handshake succeeds) until the
+/// relay refuses it for good.
+pub struct Tunnel {
+    url: String,
+    handshake: WorkerHandshake,
+    config: WorkerConfig,
+    backoff: BackoffConfig,
+    dial_timeout: Duration,
+    jitter: Jitter,
+}
+
+impl Tunnel {
+    /// A worker for the relay at `url` (`ws://host:port/connect`), with the
+    /// connect token to present (none: no `Authorization` header).
+    pub fn new(url: impl Into<String>, token: Option<Token>) -> Tunnel {
+        Tunnel {
+            url: url.into(),
+            handshake: WorkerHandshake::new(token),
+            config: WorkerConfig::default(),
+            backoff: BackoffConfig::default(),
+            dial_timeout: ws::DIAL_TIMEOUT,
+            jitter: Box::new(random_unit),
+        }
+    }
+
+    /// The connection's settings.
+    pub fn config(mut self, config: WorkerConfig) -> Tunnel {
+        self.config = config;
+        self
+    }
+
+    /// The reconnect backoff's settings.
+    pub fn backoff(mut self, backoff: BackoffConfig) -> Tunnel {
+        self.backoff = backoff;
+        self
+    }
+
+    /// How long one dial may take (default [`ws::DIAL_TIMEOUT`]).
+    pub fn dial_timeout(mut self, timeout: Duration) -> Tunnel {
+        self.dial_timeout = timeout;
+        self
+    }
+
+    /// The randomness of the backoff's jitter (default: drawn from the
+    /// standard library's per-process hash keys and the clock). Give a
+    /// seeded source to make the waits reproducible.
+    pub fn jitter(mut self, jitter: impl FnMut() -> f64 + Send + 'static) -> Tunnel {
+        self.jitter = Box::new(jitter);
+        self
+    }
+
+    /// Serves `service` through the relay, reconnecting as needed. Returns
+    /// only when the relay refuses the worker for good (the spec's "exit
+    /// with status 1"). Needs a tokio runtime.
+    pub async fn run<Svc, B>(mut self, service: Svc) -> Refused
+    where
+        Svc: tower::Service<Request<TunnelBody>, Response = Response<B>> + Clone + Send + 'static,
+        Svc::Future: Send + 'static,
+        Svc::Error: Into<BoxError>,
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+    {
+        let mut backoff = Backoff::new(self.backoff);
+        loop {
+            let verdict = match ws::dial(&self.url, &self.handshake, self.dial_timeout).await {
+                Ok(socket) => {
+                    tracing::info!("connected to {}", self.url);
+                    backoff.reset();
+                    let result = serve(socket, self.config.clone(), service.clone()).await;
+                    log_end(&result);
+                    Verdict::closed()
+                }
+                Err(verdict) => verdict,
+            };
+            match verdict {
+                Verdict::Refused(why) => {
+                    tracing::error!("the relay refused the worker: {why}; giving up");
+                    return why;
+                }
+                Verdict::Retry(reason) => {
+                    let wait = backoff.next_wait((self.jitter)());
+                    tracing::info!("{reason}; reconnecting in {:.1} s", wait.as_secs_f64());
+                    tokio::time::sleep(wait).await;
+                }
+                other => {
+                    // A verdict this version does not know: retry.
+                    let wait = backoff.next_wait((self.jitter)());
+                    tracing::info!("{other:?}; reconnecting in {:.1} s", wait.as_secs_f64());
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Tunnel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tunnel")
+            .field("url", &self.url)
+            .field("handshake", &self.handshake)
+            .finish_non_exhaustive()
+    }
+}
+
+fn log_end(result: &Result<Closed, DriverError<ws::Error>>) {
+    match result {
+        Ok(Closed::ByPeer(Some(f))) => tracing::info!(
+            "the relay closed the connection (code {}{}{})",
+            f.code.0,
+            if f.reason.is_empty() { "" } else { ": " },
+            f.reason
+        ),
+        Ok(Closed::ByPeer(None)) => tracing::info!("the relay closed the connection"),
+        Ok(other) => tracing::info!("connection ended: {other}"),
+        Err(DriverError::KeepaliveTimeout) => tracing::warn!(
+            "keepalive timeout: the relay answered no ping and read nothing \
+             (frozen or unreachable); dropped the connection"
+        ),
+        Err(e) => tracing::warn!("lost the relay: {e}"),
+    }
+}
+
+/// A number in `[0, 1)` from the standard library's per-process random
+/// hash keys and the clock: enough to spread reconnects, not a CSPRNG.
+fn random_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}

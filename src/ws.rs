@@ -1,0 +1,223 @@
+//! tokio-tungstenite WebSockets as the crate's [`Message`]s (feature
+//! `tungstenite`), and the worker's dial.
+//!
+//! - [`WsSocket`] wraps a `tokio_tungstenite::WebSocketStream` into the
+//!   `Stream + Sink` of [`Message`] that [`rt::relay`](crate::rt::relay) and
+//!   [`rt::worker`](crate::rt::worker) drive. Binary payloads (the body
+//!   chunks) and pings cross without a copy; a text frame (a small control
+//!   frame) is copied once on the way in.
+//! - [`config`]: tungstenite's settings for this protocol, with a small read
+//!   buffer so that an idle connection costs little memory.
+//! - [`dial`]: the worker's upgrade request, its answer judged into a
+//!   [`Verdict`] (a 101 without the subprotocol is a final refusal, not a
+//!   network error to retry).
+//!
+//! ```no_run
+//! # async fn run() {
+//! use worker_relay::connect::{Token, Verdict, WorkerHandshake};
+//! use worker_relay::proto::WorkerConfig;
+//! use worker_relay::rt::{self, TokioTimer};
+//! use worker_relay::ws;
+//!
+//! let handshake = WorkerHandshake::new(Token::new("s3cret").ok());
+//! match ws::dial("ws://127.0.0.1:8080/connect", &handshake, ws::DIAL_TIMEOUT).await {
+//!     Ok(socket) => {
+//!         let (incoming, driver) = rt::worker(socket, TokioTimer, WorkerConfig::default());
+//!         tokio::spawn(driver);
+//!         // … serve `incoming`
+//! #       drop(incoming);
+//!     }
+//!     Err(Verdict::Refused(why)) => eprintln!("refused for good: {why}"),
+//!     Err(retry) => eprintln!("try again later: {retry:?}"),
+//! }
+//! # }
+//! ```
+
+use crate::connect::{Refused, Verdict, WorkerHandshake};
+use crate::frame::{CloseCode, CloseFrame, Message};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError, SubProtocolError};
+use tokio_tungstenite::tungstenite::{self, protocol::WebSocketConfig};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub use tokio_tungstenite::tungstenite::Error;
+
+/// The largest message tungstenite buffers. A message between the
+/// protocol's limit (1 MiB + 4) and this one reaches the state machine,
+/// which closes the connection with 1009 as the spec says; a larger one
+/// fails the socket without being buffered.
+pub const MAX_BUFFERED_MESSAGE: usize = 16 << 20;
+
+/// The read buffer of a connection: 4 KiB, allocated up front. An idle
+/// connection costs about this much of it; a busy one reads a 1 MiB chunk in
+/// several passes, which costs little next to the copy into the message.
+pub const READ_BUFFER: usize = 4 << 10;
+
+/// How long [`dial`] waits for the TCP connection and the upgrade answer
+/// together, by default.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// tungstenite's settings for this protocol, both sides: messages up to
+/// [`MAX_BUFFERED_MESSAGE`], a [`READ_BUFFER`] read buffer, and writes
+/// buffered up to 64 KiB before they go to the socket (a flush always
+/// writes everything).
+pub fn config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(64 << 10)
+        .max_message_size(Some(MAX_BUFFERED_MESSAGE))
+        .max_frame_size(Some(MAX_BUFFERED_MESSAGE))
+}
+
+/// A tokio-tungstenite WebSocket seen as a `Stream + Sink` of the crate's
+/// [`Message`]s. A close by either side ends the stream cleanly (`None`),
+/// not with an error.
+#[derive(Debug)]
+pub struct WsSocket<S>(pub WebSocketStream<S>);
+
+impl<S> WsSocket<S> {
+    /// The WebSocket inside.
+    pub fn into_inner(self) -> WebSocketStream<S> {
+        self.0
+    }
+}
+
+impl<S> WsSocket<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    /// The server side of an upgraded connection (after a 101), with
+    /// [`config`].
+    pub async fn server(io: S) -> WsSocket<S> {
+        let role = tungstenite::protocol::Role::Server;
+        WsSocket(WebSocketStream::from_raw_socket(io, role, Some(config())).await)
+    }
+}
+
+/// The crate's message as tungstenite's (no copy).
+pub fn to_tungstenite(m: Message) -> tungstenite::Message {
+    match m {
+        Message::Text(t) => tungstenite::Message::Text(t.into()),
+        Message::Binary(b) => tungstenite::Message::Binary(b),
+        Message::Ping(b) => tungstenite::Message::Ping(b),
+        Message::Pong(b) => tungstenite::Message::Pong(b),
+        Message::Close(c) => {
+            tungstenite::Message::Close(c.map(|c| tungstenite::protocol::CloseFrame {
+                code: c.code.0.into(),
+                reason: c.reason.into(),
+            }))
+        }
+    }
+}
+
+/// tungstenite's message as the crate's; `None` for a raw frame (which a
+/// reading WebSocket never yields). Text is copied once; the rest is not.
+pub fn from_tungstenite(m: tungstenite::Message) -> Option<Message> {
+    Some(match m {
+        tungstenite::Message::Text(t) => Message::Text(t.as_str().to_owned()),
+        tungstenite::Message::Binary(b) => Message::Binary(b),
+        tungstenite::Message::Ping(b) => Message::Ping(b),
+        tungstenite::Message::Pong(b) => Message::Pong(b),
+        tungstenite::Message::Close(c) => Message::Close(c.map(|c| CloseFrame {
+            code: CloseCode(c.code.into()),
+            reason: c.reason.as_str().to_owned(),
+        })),
+        tungstenite::Message::Frame(_) => return None,
+    })
+}
+
+fn is_closed(e: &WsError) -> bool {
+    matches!(e, WsError::ConnectionClosed | WsError::AlreadyClosed)
+}
+
+impl<S> futures_core::Stream for WsSocket<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    type Item = Result<Message, WsError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            return match Pin::new(&mut self.0).poll_next(cx) {
+                Poll::Ready(Some(Ok(m))) => match from_tungstenite(m) {
+                    Some(m) => Poll::Ready(Some(Ok(m))),
+                    None => continue,
+                },
+                Poll::Ready(Some(Err(e))) if is_closed(&e) => Poll::Ready(None),
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
+}
+
+impl<S> futures_sink::Sink<Message> for WsSocket<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    type Error = WsError;
+
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        Pin::new(&mut self.0).poll_ready(cx)
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, item: Message) -> Result<(), WsError> {
+        Pin::new(&mut self.0).start_send(to_tungstenite(item))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
+        match Pin::new(&mut self.0).poll_close(cx) {
+            Poll::Ready(Err(e)) if is_closed(&e) => Poll::Ready(Ok(())),
+            other => other,
+        }
+    }
+}
+
+/// A dialled connection to a relay.
+pub type Dialled = WsSocket<MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Dials `url` (`ws://host:port/path`) as a worker: the upgrade request
+/// carries `handshake`'s headers (the bearer token marked sensitive), and the
+/// answer is judged as the spec says. `Ok` is a connection that selected the
+/// protocol's subprotocol; `Err` is the [`Verdict`]: [`Verdict::Refused`]
+/// (a 4xx other than 408/429, a 101 without the subprotocol, a URL that
+/// cannot be dialled: [`Refused::InvalidUrl`]) means give up, anything else means retry after the
+/// backoff. Gives up waiting after `timeout` (a retry).
+pub async fn dial(
+    url: &str,
+    handshake: &WorkerHandshake,
+    timeout: Duration,
+) -> Result<Dialled, Verdict> {
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| Verdict::Refused(Refused::InvalidUrl(e.to_string())))?;
+    request
+        .headers_mut()
+        .extend(handshake.request_headers().to_header_map());
+    let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config()), true);
+    match tokio::time::timeout(timeout, connecting).await {
+        Err(_) => Err(Verdict::network_error()),
+        Ok(Ok((ws, response))) => match Verdict::from_http_response(&response) {
+            Verdict::Connected => Ok(WsSocket(ws)),
+            other => Err(other),
+        },
+        Ok(Err(WsError::Http(response))) => Err(Verdict::from_http_response(&response)),
+        Ok(Err(WsError::Protocol(ProtocolError::SecWebSocketSubProtocolError(e)))) => {
+            Err(Verdict::Refused(match e {
+                SubProtocolError::NoSubProtocol => Refused::NoSubprotocol,
+                other => Refused::WrongSubprotocol(other.to_string()),
+            }))
+        }
+        Ok(Err(WsError::Url(e))) => Err(Verdict::Refused(Refused::InvalidUrl(e.to_string()))),
+        Ok(Err(_)) => Err(Verdict::network_error()),
+    }
+}
