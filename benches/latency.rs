@@ -14,13 +14,9 @@
 
 #[path = "../examples/common/overflow.rs"]
 mod overflow;
-#[path = "../examples/common/relay_server.rs"]
-mod relay_server;
 mod support;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
-#[path = "../examples/common/ws.rs"]
-mod ws;
 
 use std::time::{Duration, Instant};
 

@@ -7,18 +7,19 @@
 
 #[path = "common/client.rs"]
 mod client;
+#[path = "common/logging.rs"]
+mod logging;
 #[path = "common/overflow.rs"]
 mod overflow;
-#[path = "common/relay_server.rs"]
-mod relay_server;
 #[path = "common/worker_app.rs"]
 mod worker_app;
-#[path = "common/ws.rs"]
-mod ws;
 
 use bytes::Bytes;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable, WorkerId};
+use worker_relay::gateway::Gateway;
+use worker_relay::server::{serve, ServerConfig};
 
 fn random_token() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -33,6 +34,7 @@ fn random_token() -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    logging::init("demo");
     let connect_token = Token::new(random_token())?;
     let worker_token = Token::new(random_token())?;
     let mut tokens = TokenTable::new();
@@ -41,8 +43,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // 1. The relay, on a port the OS picks.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let relay = relay_server::Relay::new(tokens);
-    tokio::spawn(relay_server::serve(listener, relay.clone()));
+    let relay = Gateway::builder(tokens)
+        .overflow(Arc::new(overflow::TempFiles::new(std::env::temp_dir())))
+        .build();
+    tokio::spawn(serve(listener, relay.service(), ServerConfig::default()));
     println!("relay listening on http://{addr}  (workers dial ws://{addr}/connect)");
 
     // 2. The worker dials out to it.

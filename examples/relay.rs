@@ -6,77 +6,80 @@
 //!
 //! `tokens.txt` holds lines `<worker-id> <connect-token>`. Workers dial
 //! `ws://127.0.0.1:8080/connect`; worker `<id>` is served at
-//! `http://127.0.0.1:8080/w/<id>/…`.
+//! `http://127.0.0.1:8080/w/<id>/…`. Slow callers' responses overflow to
+//! unlinked temporary files. `--max-connections N` caps open HTTP
+//! connections (default 10,000; keep it below `ulimit -n`), and
+//! `--header-timeout SECS` bounds how long a client may take to send a
+//! request head (default 10).
 
+#[path = "common/logging.rs"]
+mod logging;
 #[path = "common/overflow.rs"]
 mod overflow;
-#[path = "common/relay_server.rs"]
-mod relay_server;
-#[path = "common/ws.rs"]
-mod ws;
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use worker_relay::connect::TokenTable;
+use worker_relay::gateway::{Gateway, CONNECT_PATH};
+use worker_relay::server::{serve, ServerConfig};
 
-fn usage() -> ExitCode {
-    eprintln!("usage: relay --listen HOST:PORT --tokens FILE");
-    ExitCode::from(2)
-}
+const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
+                     [--max-connections N] [--header-timeout SECS]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let mut listen = None;
-    let mut tokens = None;
+    logging::init("relay");
+    let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        match a.as_str() {
-            "--listen" => listen = args.next(),
-            "--tokens" => tokens = args.next(),
+        let number = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok());
+        match (a.as_str(), args.next()) {
+            ("--listen", v) => listen = v,
+            ("--tokens", v) => tokens = v,
+            ("--max-connections", v) if number(v.clone()).is_some() => {
+                server = server.max_connections(number(v).unwrap_or(1) as usize)
+            }
+            ("--header-timeout", v) if number(v.clone()).is_some() => {
+                server = server.header_read_timeout(Duration::from_secs(number(v).unwrap_or(1)))
+            }
             _ => return usage(),
         }
     }
     let (Some(listen), Some(tokens)) = (listen, tokens) else {
         return usage();
     };
-    let text = match std::fs::read_to_string(&tokens) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("relay: cannot read {tokens}: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let table = match relay_server::load_tokens(&text) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("relay: {tokens}: {e}");
-            return ExitCode::from(2);
-        }
+    let table = match std::fs::read_to_string(&tokens).map(|t| TokenTable::parse(&t)) {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => return fail(2, format!("{tokens}: {e}")),
+        Err(e) => return fail(2, format!("cannot read {tokens}: {e}")),
     };
     let listener = match tokio::net::TcpListener::bind(&listen).await {
         Ok(l) => l,
-        Err(e) => {
-            eprintln!("relay: cannot listen on {listen}: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return fail(1, format!("cannot listen on {listen}: {e}")),
     };
-    let addr = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or(listen);
+    let addr = listener.local_addr().map_or(listen, |a| a.to_string());
     let workers: Vec<String> = table.workers().map(|w| w.to_string()).collect();
-    eprintln!(
-        "relay: listening on {addr}; workers dial ws://{addr}{}; known workers: {}",
-        relay_server::CONNECT_PATH,
+    tracing::info!(
+        "listening on {addr}; workers dial ws://{addr}{CONNECT_PATH}; known workers: {}",
         workers.join(", ")
     );
-    let relay = relay_server::Relay::new(table);
+    let gateway = Gateway::builder(table)
+        .overflow(Arc::new(overflow::TempFiles::new(std::env::temp_dir())))
+        .build();
     tokio::select! {
-        r = relay_server::serve(listener, relay) => {
-            if let Err(e) = r {
-                eprintln!("relay: {e}");
-                return ExitCode::from(1);
-            }
-        }
-        _ = tokio::signal::ctrl_c() => eprintln!("relay: interrupted"),
+        _ = serve(listener, gateway.service(), server) => {}
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
     }
     ExitCode::SUCCESS
+}
+
+fn usage() -> ExitCode {
+    eprintln!("{USAGE}");
+    ExitCode::from(2)
+}
+
+fn fail(code: u8, message: String) -> ExitCode {
+    tracing::error!("{message}");
+    ExitCode::from(code)
 }

@@ -1,68 +1,80 @@
-//! The worker example: dials a relay and serves a small app through it.
+//! The worker example: dials a relay and serves a small app through it, or,
+//! with `--upstream`, forwards every request to a local HTTP server.
 //!
 //! ```sh
 //! STRATA_WORKER_CONNECT_TOKEN=… STRATA_WORKER_TOKEN=… \
-//!     cargo run --release --example worker -- --connect ws://127.0.0.1:8080/connect
+//!     cargo run --release --example worker -- --connect ws://127.0.0.1:8080/connect \
+//!     [--upstream http://127.0.0.1:8000]
 //! ```
 //!
 //! Both tokens are read from the environment (never the command line) and
 //! removed from it at start, their bytes zeroed first, so a process running
 //! under the same uid cannot read them from `/proc/<pid>/environ`.
 
+#[path = "common/logging.rs"]
+mod logging;
 #[path = "common/secrets.rs"]
 mod secrets;
+#[path = "common/tunnel_upstream.rs"]
+mod tunnel_upstream;
 #[path = "common/worker_app.rs"]
 mod worker_app;
-#[path = "common/ws.rs"]
-mod ws;
 
 use std::process::ExitCode;
 use worker_relay::connect::Token;
+
+const USAGE: &str = "usage: worker --connect ws://HOST:PORT/connect [--upstream http://HOST:PORT]";
 
 fn main() -> ExitCode {
     // First thing, before any thread exists: take the secrets out of the environment.
     let connect_token = secrets::take_env("STRATA_WORKER_CONNECT_TOKEN");
     let worker_token = secrets::take_env("STRATA_WORKER_TOKEN");
 
-    let mut url = None;
+    let (mut url, mut upstream) = (None, None);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        match a.as_str() {
-            "--connect" => url = args.next(),
-            _ => {
-                eprintln!("usage: worker --connect ws://HOST:PORT/connect");
-                return ExitCode::from(2);
-            }
+        match (a.as_str(), args.next()) {
+            ("--connect", v) => url = v,
+            ("--upstream", Some(v)) => match tunnel_upstream::Upstream::new(&v) {
+                Some(u) => upstream = Some(u),
+                None => return usage(),
+            },
+            _ => return usage(),
         }
     }
     let Some(url) = url.filter(|u| u.starts_with("ws://") || u.starts_with("wss://")) else {
-        eprintln!("usage: worker --connect ws://HOST:PORT/connect");
+        return usage();
+    };
+    let token = |v: Option<String>, name: &str| {
+        Token::from_env_value(v).map_err(|e| eprintln!("worker: {name}: {e}"))
+    };
+    let (Ok(connect_token), Ok(worker_token)) = (
+        token(connect_token, "STRATA_WORKER_CONNECT_TOKEN"),
+        token(worker_token, "STRATA_WORKER_TOKEN"),
+    ) else {
         return ExitCode::from(2);
     };
-    let token = |v: Option<String>, name: &str| match Token::from_env_value(v) {
-        Ok(t) => Ok(t),
-        Err(e) => {
-            eprintln!("worker: {name}: {e}");
-            Err(ExitCode::from(2))
-        }
-    };
-    let connect_token = match token(connect_token, "STRATA_WORKER_CONNECT_TOKEN") {
-        Ok(t) => t,
-        Err(c) => return c,
-    };
-    let worker_token = match token(worker_token, "STRATA_WORKER_TOKEN") {
-        Ok(t) => t,
-        Err(c) => return c,
-    };
+    logging::init("worker");
     if worker_token.is_none() {
-        eprintln!("worker: STRATA_WORKER_TOKEN is not set: anyone who can reach the relay URL can use this worker");
+        tracing::warn!("STRATA_WORKER_TOKEN is not set: anyone who can reach the relay URL can use this worker");
     }
-    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let code = runtime.block_on(worker_app::run(worker_app::WorkerOptions {
+    let opts = worker_app::WorkerOptions {
         connect_url: url,
         connect_token,
         worker_token,
         name: "worker".into(),
-    }));
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let code = runtime.block_on(async {
+        match upstream {
+            Some(upstream) => worker_app::run_with(opts, upstream.service()).await,
+            None => worker_app::run(opts).await,
+        }
+    });
     ExitCode::from(code as u8)
+}
+
+fn usage() -> ExitCode {
+    eprintln!("{USAGE}");
+    ExitCode::from(2)
 }

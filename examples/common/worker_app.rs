@@ -1,334 +1,221 @@
-//! The worker: dials the relay, reconnects with backoff, serves a small app.
+//! The examples' worker: an axum app served through a relay by
+//! [`Tunnel`], which dials, reconnects with backoff, and returns only when
+//! the relay refuses the worker for good.
 #![allow(dead_code)] // shared by several examples and tests, each using a part
 
-use crate::ws::{ws_config, TokioTimer, WsSocket};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{self, header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::{Extension, Router};
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{stream, StreamExt};
 use sha2::{Digest, Sha256};
+use std::convert::Infallible;
 use std::time::Duration;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError, SubProtocolError};
-use worker_relay::connect::{Backoff, Refused, Token, Verdict, WorkerHandshake};
-use worker_relay::frame::{Headers, ResponseHead};
-use worker_relay::proto::WorkerConfig;
-use worker_relay::rt::{self, Request};
+use tower::{Layer, Service, ServiceExt};
+use tracing::Instrument;
+use worker_relay::connect::{Refused, Token};
+use worker_relay::gateway::BoxError;
+use worker_relay::tunnel::{Tunnel, TunnelBody};
 
 /// What the worker needs to run.
 pub struct WorkerOptions {
     pub connect_url: String,
     pub connect_token: Option<Token>,
     pub worker_token: Option<Token>,
-    /// Log lines are prefixed with this.
+    /// The name of the span the worker's connection logs are in.
     pub name: String,
 }
 
-/// Connects, serves, and reconnects with the backoff until a final refusal.
-/// Returns the process exit status (1 on a final refusal).
+/// Serves the app until the relay refuses the worker for good; returns the
+/// process exit status (1).
 pub async fn run(opts: WorkerOptions) -> i32 {
-    let handshake = WorkerHandshake::new(opts.connect_token.clone());
-    let mut backoff = Backoff::default();
-    let worker_token = opts.worker_token.clone();
-    loop {
-        let verdict = match connect(&opts.connect_url, &handshake).await {
-            Ok(ws) => {
-                eprintln!("{}: connected to {}", opts.name, opts.connect_url);
-                backoff.reset();
-                let (incoming, driver) =
-                    rt::worker(WsSocket(ws), TokioTimer, WorkerConfig::default());
-                let app = tokio::spawn(serve(incoming, worker_token.clone()));
-                let result = driver.await;
-                app.abort();
-                match result {
-                    Ok(rt::Closed::ByPeer(frame)) => eprintln!(
-                        "{}: the relay closed the connection{}",
-                        opts.name,
-                        frame.map_or(String::new(), |f| format!(
-                            " (code {}{}{})",
-                            f.code.0,
-                            if f.reason.is_empty() { "" } else { ": " },
-                            f.reason
-                        ))
-                    ),
-                    Ok(other) => eprintln!("{}: {other}", opts.name),
-                    Err(rt::DriverError::KeepaliveTimeout) => eprintln!(
-                        "{}: keepalive timeout: the relay answered no ping and read \
-                         nothing for 20 s (frozen or unreachable); dropped the connection",
-                        opts.name
-                    ),
-                    Err(e) => eprintln!("{}: lost the relay: {e}", opts.name),
-                }
-                Verdict::closed()
+    run_with(opts, app()).await
+}
+
+/// Serves `service` behind the worker token's check until the relay
+/// refuses the worker for good; returns the process exit status (1).
+pub async fn run_with<S>(opts: WorkerOptions, service: S) -> i32
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+{
+    let service = middleware::from_fn_with_state(opts.worker_token, authorize)
+        .layer(service)
+        .map_request(|req: http::Request<TunnelBody>| req.map(Body::new))
+        // A route that answers `Failed` makes the service fail: the worker
+        // answers 500, as Strata's worker does when its app raises.
+        .map_result(|r| match r {
+            Ok(resp) if resp.extensions().get::<Failed>().is_some() => {
+                Err(BoxError::from("the app failed"))
             }
-            Err(v) => v,
+            Ok(resp) => Ok(resp),
+            Err(never) => match never {},
+        });
+    // The tunnel returns only on a final refusal, which it logs.
+    let _: Refused = Tunnel::new(opts.connect_url, opts.connect_token)
+        .run(service)
+        .instrument(tracing::info_span!("worker", name = %opts.name))
+        .await;
+    tracing::error!("exiting with status 1");
+    1
+}
+
+/// The routes of the examples' contract. HEAD is served as GET without a
+/// body; another method on a known path is 404, as an unknown path is.
+fn app() -> Router {
+    Router::new()
+        .route("/health", any(not_found).get(health))
+        .route("/echo", any(not_found).post(echo))
+        .route("/sha256", any(not_found).post(sha256))
+        .route("/slow-sink", any(not_found).post(slow_sink))
+        .route("/bytes", any(not_found).get(bytes))
+        .route("/sleep", any(not_found).get(sleep))
+        .route("/fail-before", any(not_found).get(|| async { Failed }))
+        .route("/fail-after", any(not_found).get(fail_after))
+        .fallback(not_found)
+}
+
+/// Every route needs `Authorization: Bearer <worker token>` if the worker
+/// has one (401 otherwise, the body left unread); the header goes no further.
+async fn authorize(State(token): State<Option<Token>>, mut req: Request, next: Next) -> Response {
+    if let Some(token) = token {
+        let mut values = req.headers().get_all(header::AUTHORIZATION).iter();
+        let ok = match (values.next(), values.next()) {
+            (Some(v), None) => v
+                .as_bytes()
+                .strip_prefix(b"Bearer ")
+                .is_some_and(|t| token.matches(t)),
+            _ => false,
         };
-        match verdict {
-            Verdict::Refused(r) => {
-                eprintln!(
-                    "{}: the relay refused the worker: {r}; giving up",
-                    opts.name
-                );
-                return 1;
-            }
-            Verdict::Retry(reason) => {
-                let wait = backoff.next_wait(random_unit());
-                eprintln!(
-                    "{}: {reason}; reconnecting in {:.1} s",
-                    opts.name,
-                    wait.as_secs_f64()
-                );
-                tokio::time::sleep(wait).await;
-            }
-            _ => unreachable!("connect() returns the socket when connected"),
+        if !ok {
+            return plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
         }
+        req.headers_mut().remove(header::AUTHORIZATION);
+    }
+    next.run(req).await
+}
+
+/// Makes the service fail (see [`run`]).
+#[derive(Clone)]
+struct Failed;
+
+impl IntoResponse for Failed {
+    fn into_response(self) -> Response {
+        Extension(self).into_response()
     }
 }
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn connect(url: &str, handshake: &WorkerHandshake) -> Result<Ws, Verdict> {
-    let mut request = url
-        .into_client_request()
-        .map_err(|_| Verdict::Refused(Refused::Status(400)))?;
-    for (name, value) in handshake.request_headers().iter() {
-        let Ok(v) = value.parse() else { continue };
-        request.headers_mut().insert(name, v);
-    }
-    let connecting = tokio_tungstenite::connect_async_with_config(request, Some(ws_config()), true);
-    match tokio::time::timeout(Duration::from_secs(10), connecting).await {
-        Err(_) => Err(Verdict::network_error()),
-        Ok(Ok((ws, response))) => match Verdict::from_http_response(&response) {
-            Verdict::Connected => Ok(ws),
-            other => Err(other),
-        },
-        Ok(Err(WsError::Http(response))) => Err(Verdict::from_http_response(&response)),
-        Ok(Err(WsError::Protocol(ProtocolError::SecWebSocketSubProtocolError(e)))) => {
-            Err(Verdict::Refused(match e {
-                SubProtocolError::NoSubProtocol => Refused::NoSubprotocol,
-                other => Refused::WrongSubprotocol(other.to_string()),
-            }))
-        }
-        Ok(Err(_)) => Err(Verdict::network_error()),
-    }
-}
-
-/// A number in [0, 1) from the standard library's per-process random hasher keys.
-fn random_unit() -> f64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-    );
-    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// Serves every request of one connection, each on its own task.
-pub async fn serve(mut incoming: rt::Incoming, worker_token: Option<Token>) {
-    while let Some(req) = incoming.next().await {
-        tokio::spawn(handle(req, worker_token.clone()));
-    }
-}
-
-fn head(status: u16, pairs: &[(&str, &str)]) -> ResponseHead {
-    ResponseHead::new(
-        status,
-        Headers::try_from_pairs(pairs.iter().copied()).expect("valid headers"),
-    )
-    .expect("valid status")
-}
-
-fn query_param(query: &str, name: &str) -> Option<u64> {
-    query.split('&').find_map(|kv| {
+fn query_param(uri: &Uri, name: &str) -> Option<u64> {
+    uri.query()?.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=')?;
         (k == name).then(|| v.parse().ok()).flatten()
     })
 }
 
-/// Answers with `body` and its Content-Length; to HEAD (`head_only`) with
-/// the same head and no body, as an HTTP server does.
-async fn reply(responder: rt::Responder, status: u16, ctype: &str, body: Bytes, head_only: bool) {
-    let len = body.len().to_string();
-    let Ok(mut sink) = responder.respond(head(
-        status,
-        &[("content-type", ctype), ("content-length", &len)],
-    )) else {
-        return;
-    };
-    if !head_only && !body.is_empty() && sink.send(body).await.is_err() {
-        return;
-    }
-    let _ = sink.close().await;
+/// A `text/plain` answer (axum adds its Content-Length).
+fn text(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain")], body).into_response()
 }
 
-fn authorized(req: &Request, token: &Option<Token>) -> bool {
-    let Some(token) = token else { return true };
-    let mut values = req.head.headers().get_all("authorization");
-    let (Some(v), None) = (values.next(), values.next()) else {
-        return false;
-    };
-    v.strip_prefix("Bearer ")
-        .is_some_and(|t| token.matches(t.as_bytes()))
+async fn health() -> Response {
+    let body = r#"{"status":"ok"}"#;
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// The app: the routes of the examples' contract.
-pub async fn handle(req: Request, worker_token: Option<Token>) {
-    if !authorized(&req, &worker_token) {
-        // 401 without reading the body: dropping it discards the rest.
-        let Request {
-            responder, body, ..
-        } = req;
-        drop(body);
-        return reply(
-            responder,
-            401,
-            "text/plain; charset=utf-8",
-            Bytes::from_static(b"unauthorized\n"),
-            false,
-        )
-        .await;
+/// Streams the body back as it arrives, with its type and length.
+async fn echo(req: Request) -> Response {
+    let octets = HeaderValue::from_static("application/octet-stream");
+    let mut headers = HeaderMap::new();
+    let ctype = req.headers().get(header::CONTENT_TYPE).cloned();
+    headers.insert(header::CONTENT_TYPE, ctype.unwrap_or(octets));
+    if let Some(len) = req.headers().get(header::CONTENT_LENGTH) {
+        headers.insert(header::CONTENT_LENGTH, len.clone());
     }
-    let Request {
-        head: rh,
-        mut body,
-        responder,
-        ..
-    } = req;
-    let head_only = rh.method() == "HEAD";
-    // HEAD is served as GET; the state machine sends the head without a body.
-    let method = match rh.method() {
-        "HEAD" => "GET",
-        m => m,
-    };
-    match (method, rh.path()) {
-        ("GET", "/health") => {
-            reply(
-                responder,
-                200,
-                "application/json",
-                Bytes::from_static(br#"{"status":"ok"}"#),
-                head_only,
-            )
-            .await
-        }
-        ("POST", "/echo") => {
-            let ctype = rh
-                .headers()
-                .get("content-type")
-                .unwrap_or("application/octet-stream")
-                .to_owned();
-            let mut pairs = vec![("content-type", ctype.as_str())];
-            let len = rh.headers().get("content-length").map(str::to_owned);
-            if let Some(l) = &len {
-                pairs.push(("content-length", l));
-            }
-            let Ok(mut sink) = responder.respond(head(200, &pairs)) else {
-                return;
-            };
-            while let Some(piece) = body.next().await {
-                let Ok(piece) = piece else { return };
-                if sink.send(piece).await.is_err() {
-                    return;
-                }
-            }
-            let _ = sink.close().await;
-        }
-        ("POST", "/sha256") => {
-            let mut hasher = Sha256::new();
-            let mut n: u64 = 0;
-            while let Some(piece) = body.next().await {
-                let Ok(piece) = piece else { return };
-                n += piece.len() as u64;
-                hasher.update(&piece);
-            }
-            let hex: String = hasher
-                .finalize()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            reply(
-                responder,
-                200,
-                "text/plain",
-                Bytes::from(format!("{hex} {n}")),
-                false,
-            )
-            .await
-        }
-        ("POST", "/slow-sink") => {
-            // Reads the body at `mibps` MiB/s (a slow disk), answers its length.
-            let mibps = query_param(rh.query(), "mibps").unwrap_or(1).max(1);
-            let mut n: u64 = 0;
-            while let Some(piece) = body.next().await {
-                let Ok(piece) = piece else { return };
-                n += piece.len() as u64;
-                let secs = piece.len() as f64 / (mibps as f64 * 1024.0 * 1024.0);
-                tokio::time::sleep(Duration::from_secs_f64(secs)).await;
-            }
-            reply(
-                responder,
-                200,
-                "text/plain",
-                Bytes::from(n.to_string()),
-                false,
-            )
-            .await
-        }
-        ("GET", "/bytes") => {
-            let n = query_param(rh.query(), "n").unwrap_or(0);
-            let len = n.to_string();
-            let Ok(mut sink) = responder.respond(head(
-                200,
-                &[
-                    ("content-type", "application/octet-stream"),
-                    ("content-length", &len),
-                ],
-            )) else {
-                return;
-            };
-            let mut sent = 0u64;
-            while sent < n && !head_only {
-                let size = (n - sent).min(256 * 1024) as usize;
-                let piece: Vec<u8> = (0..size as u64).map(|i| ((sent + i) % 251) as u8).collect();
-                if sink.send(Bytes::from(piece)).await.is_err() {
-                    return;
-                }
-                sent += size as u64;
-            }
-            let _ = sink.close().await;
-        }
-        ("GET", "/sleep") => {
-            let ms = query_param(rh.query(), "ms").unwrap_or(0);
-            let gone = responder.client_gone();
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(ms)) => {
-                    reply(responder, 200, "text/plain", Bytes::from(format!("slept {ms} ms")), head_only).await
-                }
-                _ = gone => eprintln!("worker: /sleep: the client has gone"),
-            }
-        }
-        ("GET", "/fail-before") => responder.fail(),
-        ("GET", "/fail-after") => {
-            let n = query_param(rh.query(), "n").unwrap_or(0) as usize;
-            let Ok(mut sink) =
-                responder.respond(head(200, &[("content-type", "application/octet-stream")]))
-            else {
-                return;
-            };
-            let _ = sink.send(Bytes::from(vec![b'x'; n])).await;
-            let _ = sink.flush().await;
-            sink.fail();
-        }
-        _ => {
-            reply(
-                responder,
-                404,
-                "text/plain; charset=utf-8",
-                Bytes::from_static(b"not found\n"),
-                head_only,
-            )
-            .await
+    (headers, req.into_body()).into_response()
+}
+
+/// Reads the body to its end, at most `rate` bytes/s (0: as it comes),
+/// handing each piece to `each`; returns its length.
+async fn read_all(body: Body, rate: f64, mut each: impl FnMut(&[u8])) -> Result<u64, Failed> {
+    let mut pieces = body.into_data_stream();
+    let mut n = 0;
+    while let Some(piece) = pieces.next().await {
+        let piece = piece.map_err(|_| Failed)?;
+        n += piece.len() as u64;
+        each(&piece);
+        if rate > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(piece.len() as f64 / rate)).await;
         }
     }
+    Ok(n)
+}
+
+async fn sha256(body: Body) -> Result<Response, Failed> {
+    let mut hasher = Sha256::new();
+    let n = read_all(body, 0.0, |piece| hasher.update(piece)).await?;
+    Ok(text(format!("{} {n}", hex::encode(hasher.finalize()))))
+}
+
+/// Reads the body at `mibps` MiB/s (a slow disk), answers its length.
+async fn slow_sink(uri: Uri, body: Body) -> Result<Response, Failed> {
+    let mibps = query_param(&uri, "mibps").unwrap_or(1).max(1);
+    let n = read_all(body, mibps as f64 * 1024.0 * 1024.0, |_| {}).await?;
+    Ok(text(n.to_string()))
+}
+
+/// `n` bytes of a pattern, made in 256 KiB pieces as they are sent.
+async fn bytes(uri: Uri) -> Response {
+    let n = query_param(&uri, "n").unwrap_or(0);
+    let pieces = stream::unfold(0u64, move |sent| async move {
+        let size = (n - sent).min(256 * 1024);
+        let piece: Vec<u8> = (0..size).map(|i| ((sent + i) % 251) as u8).collect();
+        (size > 0).then(|| (Ok::<_, BoxError>(Bytes::from(piece)), sent + size))
+    });
+    let headers = [
+        (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+        (header::CONTENT_LENGTH, n.to_string()),
+    ];
+    (headers, Body::from_stream(pieces)).into_response()
+}
+
+/// Answers after `ms` milliseconds; says so if the caller goes first (the
+/// tunnel then drops this future).
+async fn sleep(uri: Uri) -> Response {
+    struct Gone(bool);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            if self.0 {
+                tracing::info!("/sleep: the client has gone");
+            }
+        }
+    }
+    let ms = query_param(&uri, "ms").unwrap_or(0);
+    let mut gone = Gone(true);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    gone.0 = false;
+    text(format!("slept {ms} ms"))
+}
+
+/// A 200 whose body fails after `n` bytes: the caller's response fails.
+async fn fail_after(uri: Uri) -> Response {
+    let n = query_param(&uri, "n").unwrap_or(0) as usize;
+    let pieces: [Result<Bytes, BoxError>; 2] = [
+        Ok(Bytes::from(vec![b'x'; n])),
+        Err("failing after the head, as asked".into()),
+    ];
+    let ctype = [(header::CONTENT_TYPE, "application/octet-stream")];
+    (ctype, Body::from_stream(stream::iter(pieces))).into_response()
+}
+
+async fn not_found() -> Response {
+    plain(StatusCode::NOT_FOUND, "not found\n")
+}
+
+/// A short `text/plain; charset=utf-8` answer with its Content-Length.
+pub fn plain(status: StatusCode, body: &'static str) -> Response {
+    (status, [(header::CONTENT_LENGTH, body.len())], body).into_response()
 }
