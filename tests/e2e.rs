@@ -5,14 +5,10 @@
 mod client;
 #[path = "../examples/common/overflow.rs"]
 mod overflow;
-#[path = "../examples/common/relay_server.rs"]
-mod relay_server;
 #[path = "e2e/support.rs"]
 mod support;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
-#[path = "../examples/common/ws.rs"]
-mod ws;
 
 use bytes::Bytes;
 use client::request;

@@ -7,14 +7,10 @@
 mod client;
 #[path = "../examples/common/overflow.rs"]
 mod overflow;
-#[path = "../examples/common/relay_server.rs"]
-mod relay_server;
 #[path = "e2e/support.rs"]
 mod support;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
-#[path = "../examples/common/ws.rs"]
-mod ws;
 
 use bytes::Bytes;
 use client::request;
@@ -29,7 +25,7 @@ use worker_relay::frame::{
     self, ControlFrame, Decoded, Message, RequestHead, StreamId, SUBPROTOCOL,
 };
 use worker_relay::proto::RelayConfig;
-use ws::WsSocket;
+use worker_relay::ws::{self, WsSocket};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -46,7 +42,7 @@ type Script = fn(StreamId, &RequestHead) -> Vec<Message>;
 /// reports every frame the relay sends it.
 async fn scripted_worker(
     addr: SocketAddr,
-    relay: &relay_server::Relay,
+    relay: &worker_relay::gateway::Gateway,
     script: Script,
 ) -> mpsc::UnboundedReceiver<Decoded> {
     let mut req = format!("ws://{addr}/connect")
@@ -58,7 +54,7 @@ async fn scripted_worker(
         format!("Bearer {CONNECT_TOKEN}").parse().unwrap(),
     );
     h.insert("sec-websocket-protocol", SUBPROTOCOL.parse().unwrap());
-    let (ws, _) = tokio_tungstenite::connect_async_with_config(req, Some(ws::ws_config()), true)
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(req, Some(ws::config()), true)
         .await
         .expect("the relay accepts the worker");
     let mut socket = WsSocket(ws);

@@ -1,7 +1,7 @@
 //! Processes and in-process stacks for the end-to-end tests.
 #![allow(dead_code)]
 
-use crate::{relay_server, worker_app};
+use crate::{overflow, worker_app};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable, WorkerId};
+use worker_relay::gateway::Gateway;
+use worker_relay::proto::{OverflowConfig, RelayConfig};
+use worker_relay::server::{serve, ServerConfig};
 
 pub const CONNECT_TOKEN: &str = "ct-0123456789abcdef0123456789abcdef";
 pub const WORKER_TOKEN: &str = "wt-fedcba9876543210fedcba9876543210";
@@ -146,8 +149,8 @@ pub fn worker_process(port: u16, connect_token: &str) -> Proc {
 }
 
 /// A relay and a worker in this process (the examples' code), on a fresh port.
-pub async fn in_process_stack() -> (SocketAddr, Arc<relay_server::Relay>) {
-    in_process_stack_with(relay_server::default_config()).await
+pub async fn in_process_stack() -> (SocketAddr, Gateway) {
+    in_process_stack_with(default_config()).await
 }
 
 /// The tokens of the e2e workers `abc` and `idle`.
@@ -168,21 +171,30 @@ pub fn token_table() -> TokenTable {
     table
 }
 
-/// The examples' relay alone (no worker), with `config`, on a fresh port.
-pub async fn relay_only(
-    config: worker_relay::proto::RelayConfig,
-) -> (SocketAddr, Arc<relay_server::Relay>) {
+/// The relay example's connection settings: the crate's, with slow
+/// callers' responses overflowing.
+pub fn default_config() -> RelayConfig {
+    RelayConfig::builder()
+        .overflow(Some(OverflowConfig::default()))
+        .build()
+        .unwrap()
+}
+
+/// A relay as the example runs it (overflow to temporary files), with
+/// `config`, on a fresh port, no worker.
+pub async fn relay_only(config: RelayConfig) -> (SocketAddr, Gateway) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let relay = relay_server::Relay::with_config(token_table(), config);
-    tokio::spawn(relay_server::serve(listener, relay.clone()));
+    let relay = Gateway::builder(token_table())
+        .relay_config(config)
+        .overflow(Arc::new(overflow::TempFiles::new(std::env::temp_dir())))
+        .build();
+    tokio::spawn(serve(listener, relay.service(), ServerConfig::default()));
     (addr, relay)
 }
 
 /// [`in_process_stack`] with the relay's connections bounded by `config`.
-pub async fn in_process_stack_with(
-    config: worker_relay::proto::RelayConfig,
-) -> (SocketAddr, Arc<relay_server::Relay>) {
+pub async fn in_process_stack_with(config: RelayConfig) -> (SocketAddr, Gateway) {
     let (addr, relay) = relay_only(config).await;
     tokio::spawn(worker_app::run(worker_app::WorkerOptions {
         connect_url: format!("ws://{addr}/connect"),
@@ -194,7 +206,7 @@ pub async fn in_process_stack_with(
     (addr, relay)
 }
 
-pub async fn wait_connected(relay: &relay_server::Relay, id: &str) {
+pub async fn wait_connected(relay: &Gateway, id: &str) {
     let end = Instant::now() + Duration::from_secs(20);
     while !relay.is_connected(id) {
         assert!(Instant::now() < end, "worker {id} did not connect");

@@ -1,0 +1,206 @@
+//! Issue 15: a relay embedded in an axum application that has routes of its
+//! own, and a worker that is an axum application served through
+//! `tunnel::Tunnel`: health, a 200 MiB echo, a slow request beside fast
+//! ones, a response aborted after it started (the caller sees it fail, every
+//! time), and the relay's own answers (401, 404, 503, 502).
+
+#[path = "../examples/common/client.rs"]
+mod client;
+
+use axum::body::Body;
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use client::request;
+use http_body_util::{BodyExt, StreamBody};
+use hyper_util::rt::TokioIo;
+use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use worker_relay::connect::{Token, TokenTable};
+use worker_relay::gateway::Gateway;
+use worker_relay::tunnel::Tunnel;
+
+const TOKENS: &str = "abc ct-abc-0123456789\noff ct-off-0123456789\n";
+
+/// The user code: an axum app with its own route, the gateway's two
+/// services routed in, served by axum. (Everything the issue counts.)
+async fn relay_in_axum() -> (SocketAddr, Gateway) {
+    let gateway = Gateway::new(TokenTable::parse(TOKENS).unwrap());
+    let app = Router::new()
+        .route("/status", get(|| async { "the app's own route" }))
+        .route_service("/connect", gateway.connect())
+        .route_service("/w/{*rest}", gateway.forward());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, gateway)
+}
+
+/// The worker: an axum app served through the relay.
+fn worker_app() -> Router {
+    Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/echo", post(|body: Body| async move { body }))
+        .route(
+            "/sleep",
+            get(|| async {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                "slept"
+            }),
+        )
+        .route(
+            "/abort",
+            get(|| async { Body::from_stream(started_then_failed()) }),
+        )
+}
+
+/// 64 KiB, then a failure: the response has started when it fails.
+fn started_then_failed() -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures_util::stream::iter([
+        Ok(Bytes::from(vec![b'x'; 64 << 10])),
+        Err(std::io::Error::other("the app failed mid-body")),
+    ])
+}
+
+async fn stack() -> (SocketAddr, Gateway) {
+    let (addr, gateway) = relay_in_axum().await;
+    let token = Token::new("ct-abc-0123456789").ok();
+    let tunnel = Tunnel::new(format!("ws://{addr}/connect"), token);
+    tokio::spawn(tunnel.run(worker_app()));
+    let end = Instant::now() + Duration::from_secs(20);
+    while !gateway.is_connected("abc") {
+        assert!(Instant::now() < end, "the worker did not connect");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (addr, gateway)
+}
+
+async fn get_(addr: SocketAddr, target: &str) -> client::Answer {
+    request(addr, "GET", target, &[], Bytes::new())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_the_apps_own_route() {
+    let (addr, _) = stack().await;
+    let a = get_(addr, "/w/abc/health").await;
+    assert_eq!((a.status, &a.body[..], a.complete), (200, &b"ok"[..], true));
+    let a = get_(addr, "/status").await;
+    assert_eq!((a.status, &a.body[..]), (200, &b"the app's own route"[..]));
+    // `/w/abc/` (an empty rest) reaches the worker's `/`.
+    assert_eq!(get_(addr, "/w/abc/").await.status, 404);
+    assert_eq!(get_(addr, "/w/abc").await.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_200_mib_echo_streams_both_ways() {
+    let (addr, gateway) = stack().await;
+    const MIB: usize = 1 << 20;
+    let n = 200;
+    let chunk = |i: usize| Bytes::from(vec![(i % 251) as u8; MIB]);
+    let mut sent = Sha256::new();
+    for i in 0..n {
+        sent.update(chunk(i));
+    }
+    let body =
+        StreamBody::new(futures_util::stream::iter((0..n).map(move |i| {
+            Ok::<_, std::io::Error>(hyper::body::Frame::data(chunk(i)))
+        })));
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::post("/w/abc/echo")
+        .header("host", "x")
+        .body(body)
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let (mut got, mut len) = (Sha256::new(), 0);
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("the echo completes").into_data() {
+            len += data.len();
+            got.update(&data);
+        }
+    }
+    assert_eq!(len, n * MIB);
+    assert_eq!(got.finalize(), sent.finalize());
+    let stats = gateway.stats("abc").unwrap();
+    assert!(stats.bytes_in >= (n * MIB) as u64, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_request_does_not_hold_up_fast_ones() {
+    let (addr, _) = stack().await;
+    let slow = tokio::spawn(async move { get_(addr, "/w/abc/sleep").await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t = Instant::now();
+    for _ in 0..10 {
+        assert_eq!(get_(addr, "/w/abc/health").await.status, 200);
+    }
+    assert!(
+        !slow.is_finished(),
+        "the health checks waited for the sleep"
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(1400),
+        "{:?}",
+        t.elapsed()
+    );
+    let a = slow.await.unwrap();
+    assert_eq!((a.status, &a.body[..]), (200, &b"slept"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_aborted_after_it_started_fails_every_time() {
+    let (addr, _) = stack().await;
+    for run in 0..20 {
+        let a = get_(addr, "/w/abc/abort").await;
+        assert_eq!(a.status, 200, "run {run}: the response had started");
+        assert!(!a.complete, "run {run}: the caller saw a complete response");
+        assert!(a.body.len() <= 64 << 10, "run {run}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relays_own_answers() {
+    let (addr, gateway) = stack().await;
+    // 404: not a worker URL, an unknown worker.
+    assert_eq!(get_(addr, "/elsewhere").await.status, 404);
+    assert_eq!(get_(addr, "/w/nobody/health").await.status, 404);
+    // 503: a known worker that is not connected.
+    assert_eq!(get_(addr, "/w/off/health").await.status, 503);
+    // 401: a worker with a wrong token; 400 without the subprotocol.
+    let upgrade = |token: &str, protocol: &str| {
+        let mut req =
+            tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+                format!("ws://{addr}/connect"),
+            )
+            .unwrap();
+        let h = req.headers_mut();
+        h.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        h.insert("sec-websocket-protocol", protocol.parse().unwrap());
+        req
+    };
+    let status = |r: Result<_, tokio_tungstenite::tungstenite::Error>| match r {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => resp.status().as_u16(),
+        Ok(_) => 101,
+        Err(e) => panic!("{e}"),
+    };
+    let r = tokio_tungstenite::connect_async(upgrade("wrong", "strata-worker-connect.v1")).await;
+    assert_eq!(status(r.map(|_| ())), 401);
+    let r = tokio_tungstenite::connect_async(upgrade("ct-off-0123456789", "chat")).await;
+    assert_eq!(status(r.map(|_| ())), 400);
+    // 502: the worker goes away while a request waits for its answer.
+    let waiting = tokio::spawn(async move { get_(addr, "/w/abc/sleep").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gateway
+        .handle("abc")
+        .unwrap()
+        .close(worker_relay::frame::CloseCode::GOING_AWAY, "test");
+    assert_eq!(waiting.await.unwrap().status, 502);
+}

@@ -1,0 +1,189 @@
+//! `tunnel`: a tower service served as a worker. A service error is a 500,
+//! a caller who leaves cancels the service's work, a final refusal ends
+//! `Tunnel::run`, a request body reaches the service as it streams.
+
+#[path = "../examples/common/client.rs"]
+mod client;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use worker_relay::connect::{Refused, Token, TokenTable};
+use worker_relay::gateway::Gateway;
+use worker_relay::server::{serve, ServerConfig};
+use worker_relay::tunnel::{Tunnel, TunnelBody};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+async fn relay() -> (SocketAddr, Gateway) {
+    let gateway = Gateway::new(TokenTable::parse("abc ct-abc-000000").unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, gateway.service(), ServerConfig::default()));
+    (addr, gateway)
+}
+
+async fn with_worker<S>(service: S) -> SocketAddr
+where
+    S: tower::Service<Request<TunnelBody>, Response = Response<Full<Bytes>>, Error = BoxError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let (addr, gateway) = relay().await;
+    let tunnel = Tunnel::new(
+        format!("ws://{addr}/connect"),
+        Token::new("ct-abc-000000").ok(),
+    );
+    tokio::spawn(tunnel.run(service));
+    let end = Instant::now() + Duration::from_secs(10);
+    while !gateway.is_connected("abc") {
+        assert!(Instant::now() < end, "the worker did not connect");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    addr
+}
+
+/// Answers `/fail` with a service error, `/wait` after 30 s (noting when
+/// its future is dropped), and anything else with the request body's
+/// length and byte sum.
+#[derive(Clone)]
+struct App {
+    dropped: Arc<AtomicBool>,
+}
+
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+impl tower::Service<Request<TunnelBody>> for App {
+    type Response = Response<Full<Bytes>>;
+    type Error = BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<TunnelBody>) -> Self::Future {
+        let dropped = self.dropped.clone();
+        Box::pin(async move {
+            match req.uri().path() {
+                "/fail" => Err("the app failed".into()),
+                "/wait" => {
+                    let _guard = SetOnDrop(dropped);
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    Ok(Response::new(Full::new(Bytes::from_static(b"waited"))))
+                }
+                _ => {
+                    let body = req.into_body().collect().await?.to_bytes();
+                    let sum: u64 = body.iter().map(|&b| u64::from(b)).sum();
+                    let text = format!("{} {sum}", body.len());
+                    Ok(Response::new(Full::new(Bytes::from(text))))
+                }
+            }
+        })
+    }
+}
+
+fn app() -> (App, Arc<AtomicBool>) {
+    let dropped = Arc::new(AtomicBool::new(false));
+    (
+        App {
+            dropped: dropped.clone(),
+        },
+        dropped,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_error_is_a_500_and_bodies_reach_the_service() {
+    let (app, _) = app();
+    let addr = with_worker(app).await;
+    let a = client::request(addr, "GET", "/w/abc/fail", &[], Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(a.status, 500);
+    let body: Vec<u8> = (0..3_000_000u32).map(|i| (i % 7) as u8).collect();
+    let sum: u64 = body.iter().map(|&b| u64::from(b)).sum();
+    let a = client::request(addr, "POST", "/w/abc/sum", &[], Bytes::from(body))
+        .await
+        .unwrap();
+    assert_eq!(
+        (a.status, a.body),
+        (200, Bytes::from(format!("3000000 {sum}")))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_who_leaves_cancels_the_services_work() {
+    let (app, dropped) = app();
+    let addr = with_worker(app).await;
+    let caller = tokio::spawn(client::request(
+        addr,
+        "GET",
+        "/w/abc/wait",
+        &[],
+        Bytes::new(),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!dropped.load(Ordering::SeqCst));
+    caller.abort(); // the caller's connection closes
+    let end = Instant::now() + Duration::from_secs(5);
+    while !dropped.load(Ordering::SeqCst) {
+        assert!(Instant::now() < end, "the service's future was not dropped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_final_refusal_ends_run_and_a_retry_does_not() {
+    let (addr, _) = relay().await;
+    // A wrong token: 401, final.
+    let t = Instant::now();
+    let svc = tower::service_fn(|_: Request<TunnelBody>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+    });
+    let tunnel = Tunnel::new(format!("ws://{addr}/connect"), Token::new("wrong").ok());
+    assert_eq!(tunnel.run(svc).await, Refused::Status(401));
+    assert!(t.elapsed() < Duration::from_secs(5));
+    // Nothing listening: a network error, retried (with the jitter given)
+    // until we stop waiting.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let draws = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let d = draws.clone();
+    let tunnel = Tunnel::new(format!("ws://127.0.0.1:{port}/connect"), None).jitter(move || {
+        d.fetch_add(1, Ordering::SeqCst);
+        0.0
+    });
+    let run = tokio::time::timeout(Duration::from_millis(1800), tunnel.run(svc));
+    assert!(
+        run.await.is_err(),
+        "a network error must not end the worker"
+    );
+    assert!(
+        draws.load(Ordering::SeqCst) >= 2,
+        "the jitter source was not used"
+    );
+    let tunnel = Tunnel::new("http://not-a-websocket", None);
+    assert!(matches!(tunnel.run(svc).await, Refused::InvalidUrl(_)));
+}
