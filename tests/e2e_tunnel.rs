@@ -170,6 +170,18 @@ async fn connection(relay: SocketAddr) -> hyper::client::conn::http1::SendReques
     sender
 }
 
+/// Sends `req` on `c` once the connection is ready for it (the previous
+/// answer read to its end); a connection closed meanwhile fails the test.
+async fn send(
+    c: &mut hyper::client::conn::http1::SendRequest<BoxBody>,
+    req: Request<BoxBody>,
+) -> Response<Incoming> {
+    c.ready()
+        .await
+        .expect("the connection stays open for the next request");
+    c.send_request(req).await.unwrap()
+}
+
 fn request(method: &str, target: &str) -> hyper::http::request::Builder {
     Request::builder()
         .method(method)
@@ -211,15 +223,14 @@ async fn tunnel_worker_streams_a_gib_each_way_and_passes_head_and_304() {
     // worker token gone, the other headers as they were.
     let mut c = connection(relay_addr).await;
     let empty = || Empty::new().boxed();
-    let r = c
-        .send_request(
-            request("GET", "/w/abc/echo-head?a=1&b=%2F")
-                .header("x-custom", "kept")
-                .body(empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let r = send(
+        &mut c,
+        request("GET", "/w/abc/echo-head?a=1&b=%2F")
+            .header("x-custom", "kept")
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.status(), 200);
     let text = r.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(
@@ -229,10 +240,11 @@ async fn tunnel_worker_streams_a_gib_each_way_and_passes_head_and_304() {
 
     // HEAD, 304, then a full GET, on one connection: each answer framed
     // right, or the next would fail.
-    let r = c
-        .send_request(request("HEAD", "/w/abc/file").body(empty()).unwrap())
-        .await
-        .unwrap();
+    let r = send(
+        &mut c,
+        request("HEAD", "/w/abc/file").body(empty()).unwrap(),
+    )
+    .await;
     assert_eq!(r.status(), 200);
     assert_eq!(
         r.headers()["content-length"],
@@ -241,22 +253,18 @@ async fn tunnel_worker_streams_a_gib_each_way_and_passes_head_and_304() {
     );
     assert_eq!(r.headers()["etag"], "\"v1\"");
     assert!(r.into_body().collect().await.unwrap().to_bytes().is_empty());
-    let r = c
-        .send_request(
-            request("GET", "/w/abc/file")
-                .header("if-none-match", "\"v1\"")
-                .body(empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let r = send(
+        &mut c,
+        request("GET", "/w/abc/file")
+            .header("if-none-match", "\"v1\"")
+            .body(empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(r.status(), 304);
     assert_eq!(r.headers()["etag"], "\"v1\"");
     assert!(r.into_body().collect().await.unwrap().to_bytes().is_empty());
-    let r = c
-        .send_request(request("GET", "/w/abc/file").body(empty()).unwrap())
-        .await
-        .unwrap();
+    let r = send(&mut c, request("GET", "/w/abc/file").body(empty()).unwrap()).await;
     assert_eq!(r.status(), 200);
     assert_eq!(
         r.into_body().collect().await.unwrap().to_bytes().len(),
@@ -265,14 +273,13 @@ async fn tunnel_worker_streams_a_gib_each_way_and_passes_head_and_304() {
 
     // 1 GiB down, streamed: the upstream makes it as it is sent.
     let download = async {
-        let r = c
-            .send_request(
-                request("GET", "/w/abc/download?n=1073741824")
-                    .body(empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let r = send(
+            &mut c,
+            request("GET", "/w/abc/download?n=1073741824")
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
         assert_eq!(r.status(), 200);
         assert_eq!(r.headers()["content-length"], GIB.to_string().as_str());
         read_pattern(r.into_body()).await
@@ -286,15 +293,14 @@ async fn tunnel_worker_streams_a_gib_each_way_and_passes_head_and_304() {
 
     // 1 GiB up, streamed: made as it is sent, checked as the upstream reads.
     let upload = async {
-        let r = c
-            .send_request(
-                request("POST", "/w/abc/upload")
-                    .header("content-length", GIB)
-                    .body(pattern_stream(GIB))
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let r = send(
+            &mut c,
+            request("POST", "/w/abc/upload")
+                .header("content-length", GIB)
+                .body(pattern_stream(GIB))
+                .unwrap(),
+        )
+        .await;
         assert_eq!(r.status(), 200);
         r.into_body().collect().await.unwrap().to_bytes()
     };
