@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | [`WorkerHandshake`], [`Verdict`] | worker | the upgrade request's headers; what to make of the answer (connected, retry, or give up) |
 //! | [`decide_upgrade`], [`TokenTable`], [`Accepted`], [`Rejected`] | relay | 101 naming the worker, 400 or 401, from the upgrade request's headers |
+//! | [`decide_upgrade_for`], [`ConnectTarget`], [`ConnectRejected`] | relay | the same at a connect URL that names the worker (`/connect/<id>`): 401 for another worker's token |
 //! | [`Token`] | both | the connect token; never shown by `Debug` or `Display`, compared in constant time |
 //! | [`Backoff`] | worker | how long to wait before reconnecting: 1 s doubling to 60 s, with jitter |
 //! | [`Keepalive`] | both | a ping every 20 s; dead if no pong within 20 s (defined in `proto`) |
@@ -32,6 +33,11 @@
 //! otherwise 101 selecting the subprotocol, naming the worker the token
 //! belongs to. [`TokenTable::lookup`] compares the presented token against
 //! every entry in constant time, without an early exit.
+//!
+//! A worker behind a load balancer that routes by worker id dials a URL that
+//! names it, `/connect/<id>` ([`ConnectTarget`]); [`decide_upgrade_for`]
+//! then also refuses (401) a valid token that belongs to another worker, and
+//! (400) a path that names no valid id.
 //!
 //! # Backoff and keepalive
 //!
@@ -195,6 +201,7 @@
 //! ```
 
 mod backoff;
+mod claimed;
 mod handshake;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
@@ -207,6 +214,7 @@ mod url;
 /// worker's connect loop.
 pub use crate::proto::{Keepalive, KeepaliveConfig};
 pub use backoff::{Backoff, BackoffConfig, BackoffConfigBuilder};
+pub use claimed::{decide_upgrade_at, decide_upgrade_for, ConnectRejected, ConnectTarget};
 pub use handshake::{
     decide_upgrade, Accepted, Refused, Rejected, RequestHeaders, RetryReason, Verdict,
     WorkerHandshake, AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL, WWW_AUTHENTICATE,

@@ -2,9 +2,8 @@
 //! connection's life after it.
 
 use super::{answer, GatewayBody, Inner};
-use crate::connect::http::decide_upgrade_http;
-use crate::connect::WorkerId;
-use crate::frame::{Message, SUBPROTOCOL};
+use crate::connect::{decide_upgrade_at, ConnectTarget, WorkerId};
+use crate::frame::{latin1_to_string, Message, SUBPROTOCOL};
 use crate::rt::{self, DriverError, TokioTimer};
 use crate::ws::WsSocket;
 use futures_core::Stream;
@@ -19,39 +18,19 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 /// task. Needs a hyper server with upgrades enabled (hyper's
 /// `serve_connection(..).with_upgrades()`, axum's `serve`, this crate's
 /// [`server::serve`](crate::server::serve)).
+///
+/// At `<connect path>/<id>` the token must be `<id>`'s
+/// ([`decide_upgrade_for`](crate::connect::decide_upgrade_for)); at the
+/// connect path itself, or any path that is not under it (a `Connect`
+/// service routed elsewhere), the token alone names the worker.
 pub(super) fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<GatewayBody> {
-    let headers = req.headers();
-    let is_upgrade = headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
-    let (true, Some(key)) = (is_upgrade && req.method() == http::Method::GET, key) else {
-        tracing::info!("refused a connection: not a WebSocket upgrade (400)");
-        return answer(StatusCode::BAD_REQUEST, "expected a WebSocket upgrade");
+    let key = match websocket_key(&req) {
+        Ok(key) => key,
+        Err(refusal) => return *refusal,
     };
-    if headers
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .is_some_and(|v| v.as_bytes() != b"13")
-    {
-        let mut resp = answer(StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 only");
-        resp.headers_mut().insert(
-            header::SEC_WEBSOCKET_VERSION,
-            HeaderValue::from_static("13"),
-        );
-        return resp;
-    }
-    let worker = match decide_upgrade_http(&inner.tokens, headers) {
-        Ok(accepted) => accepted.into_worker(),
-        Err(rejected) => {
-            tracing::info!("refused a worker: {rejected} ({})", rejected.status());
-            let status = StatusCode::from_u16(rejected.status()).unwrap_or(StatusCode::BAD_REQUEST);
-            let mut resp = answer(status, &rejected.to_string());
-            for (n, v) in rejected.response_headers() {
-                resp.headers_mut().insert(*n, HeaderValue::from_static(v));
-            }
-            return resp;
-        }
+    let worker = match decide(inner, &req) {
+        Ok(worker) => worker,
+        Err(refusal) => return *refusal,
     };
     if inner.registry.policy() == super::DuplicatePolicy::Refuse
         && inner.registry.handle(worker.as_str()).is_some()
@@ -101,6 +80,64 @@ pub(super) fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<Gat
         h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
     }
     resp
+}
+
+/// An answer refusing a worker's upgrade request.
+type Refusal = Box<Response<GatewayBody>>;
+
+/// The `Sec-WebSocket-Key` of a WebSocket upgrade request (version 13), or
+/// the answer refusing the request: 400 if it is not an upgrade, 426 for
+/// another WebSocket version.
+fn websocket_key<B>(req: &Request<B>) -> Result<HeaderValue, Refusal> {
+    let headers = req.headers();
+    let is_upgrade = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
+    let (true, Some(key)) = (is_upgrade && req.method() == http::Method::GET, key) else {
+        tracing::info!("refused a connection: not a WebSocket upgrade (400)");
+        return Err(Box::new(answer(
+            StatusCode::BAD_REQUEST,
+            "expected a WebSocket upgrade",
+        )));
+    };
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_some_and(|v| v.as_bytes() != b"13")
+    {
+        let mut resp = answer(StatusCode::UPGRADE_REQUIRED, "WebSocket version 13 only");
+        resp.headers_mut().insert(
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static("13"),
+        );
+        return Err(Box::new(resp));
+    }
+    Ok(key)
+}
+
+/// The worker this upgrade request is for, by its token and (at
+/// `<connect path>/<id>`) the id its path names; or the refusal (400, 401)
+/// to answer. Neither the log line nor the answer holds the token.
+fn decide<B>(inner: &Inner, req: &Request<B>) -> Result<WorkerId, Refusal> {
+    let path = req.uri().path();
+    let target = ConnectTarget::parse(&inner.connect_path, path).unwrap_or(ConnectTarget::Any);
+    let headers = req
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str(), latin1_to_string(v.as_bytes())));
+    match decide_upgrade_at(&inner.tokens, target, headers) {
+        Ok(accepted) => Ok(accepted.into_worker()),
+        Err(rejected) => {
+            tracing::info!("refused a worker: {rejected} ({})", rejected.status());
+            let status = StatusCode::from_u16(rejected.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            let mut resp = answer(status, &rejected.to_string());
+            for (n, v) in rejected.response_headers() {
+                resp.headers_mut().insert(*n, HeaderValue::from_static(v));
+            }
+            Err(Box::new(resp))
+        }
+    }
 }
 
 /// Drives `socket` as `worker`'s connection until it ends, registered in

@@ -5,8 +5,10 @@
 //! [`DuplicatePolicy`]), and the settings of each connection. It hands out
 //! two `tower` services, cheap to clone:
 //!
-//! - [`Connect`] answers a worker's upgrade request (`GET /connect`): 400
-//!   without the subprotocol, 401 for a bad token, 101 otherwise; then the
+//! - [`Connect`] answers a worker's upgrade request (`GET /connect`, or
+//!   `GET /connect/<id>` naming the worker): 400 without the subprotocol
+//!   or for a path that names no valid id, 401 for a bad token or (at
+//!   `/connect/<id>`) another worker's token, 101 otherwise; then the
 //!   connection lives on its own task, registered under its worker.
 //! - [`Forward`] forwards a caller's request `/w/<id>/<path>?<query>` to
 //!   worker `<id>` and streams the answer back as a [`GatewayBody`]: 404 for
@@ -14,7 +16,8 @@
 //!   502 when the worker fails; a response the worker aborts after it
 //!   started ends with an error, so the caller sees it fail.
 //!
-//! [`Gateway::service`] is both behind one service (by path), ready for
+//! [`Gateway::service`] is both behind one service (by path: the connect
+//! path and everything under it to [`Connect`]), ready for
 //! [`server::serve`](crate::server::serve) or hyper. Both services need a
 //! tokio runtime; [`Connect`] needs a hyper server with upgrades enabled
 //! (axum's `serve` has them).
@@ -31,11 +34,19 @@
 //! let app = Router::new()
 //!     .route("/status", get(|| async { "fine" }))
 //!     .route_service("/connect", gateway.connect())
+//!     // Behind a load balancer that routes by worker id (docs/scale-out.md):
+//!     // the token must be <id>'s.
+//!     .route_service("/connect/{id}", gateway.connect())
 //!     .route_service("/w/{*rest}", gateway.forward());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! [`Connect`] reads the id from the request's path when it is the
+//! gateway's connect path followed by `/<id>`
+//! ([`ConnectTarget`]); routed at any other
+//! path, it takes the worker from the token alone.
 //!
 //! Route with `route_service` (or a fallback): `nest_service` would strip
 //! the `/w` prefix the gateway maps by.
@@ -48,7 +59,7 @@ mod registry;
 pub use body::GatewayBody;
 pub use registry::{DuplicatePolicy, Presence};
 
-use crate::connect::{TokenTable, UrlMap, WorkerId};
+use crate::connect::{ConnectTarget, TokenTable, UrlMap, WorkerId};
 use crate::frame::Message;
 use crate::proto::{OverflowConfig, RelayConfig, Stats};
 use crate::rt::{self, DriverError, MemoryOverflow, Overflow, RelayHandle};
@@ -66,7 +77,8 @@ use std::time::Duration;
 /// The errors a request body may fail with.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The path workers dial by default.
+/// The path workers dial by default; `/connect/<id>` names the worker
+/// (checked against its token).
 pub const CONNECT_PATH: &str = "/connect";
 
 /// A relay's state, shared by its services. Cheap to clone.
@@ -104,8 +116,8 @@ impl GatewayBuilder {
         self
     }
 
-    /// The path [`Gateway::service`] sends to [`Connect`] (default
-    /// [`CONNECT_PATH`]).
+    /// The path [`Gateway::service`] sends to [`Connect`], with every
+    /// `<path>/<id>` under it (default [`CONNECT_PATH`]).
     pub fn connect_path(mut self, path: impl Into<String>) -> Self {
         self.connect_path = path.into();
         self
@@ -317,10 +329,11 @@ service!(
 );
 
 service!(
-    /// [`Connect`] on the gateway's connect path, [`Forward`] elsewhere.
+    /// [`Connect`] on the gateway's connect path and under it
+    /// (`/connect/<id>`), [`Forward`] elsewhere.
     GatewayService,
     |inner, req| {
-        if req.uri().path() == inner.connect_path {
+        if ConnectTarget::parse(&inner.connect_path, req.uri().path()).is_some() {
             accept::accept(&inner, req)
         } else {
             forward::forward(inner, req).await
