@@ -1,0 +1,136 @@
+//! nginx for the scale-out test: its configuration from
+//! `tests/scaleout/nginx.conf.template`, a private directory, and a guard
+//! that stops it (and only it) on drop, panics included.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The template the test and `docs/scale-out.md` share.
+pub const TEMPLATE: &str = include_str!("nginx.conf.template");
+
+/// The configuration for nginx on `listen` in front of `relays`, every
+/// file it writes under `dir`.
+pub fn render(dir: &Path, listen: SocketAddr, relays: [SocketAddr; 3]) -> String {
+    let mut conf = TEMPLATE
+        .replace("@DIR@", &dir.display().to_string())
+        .replace("@LISTEN@", &listen.to_string());
+    for (i, relay) in relays.iter().enumerate() {
+        conf = conf.replace(&format!("@RELAY{}@", i + 1), &relay.to_string());
+    }
+    assert!(!conf.contains('@'), "a placeholder was left: {conf}");
+    conf
+}
+
+/// The nginx binary: `$NGINX`, else `nginx` on the PATH, else Debian's
+/// `/usr/sbin/nginx` (not on a non-root PATH).
+pub fn binary() -> PathBuf {
+    let candidates = [
+        std::env::var_os("NGINX").map(PathBuf::from),
+        Some(PathBuf::from("nginx")),
+        Some(PathBuf::from("/usr/sbin/nginx")),
+    ];
+    for bin in candidates.into_iter().flatten() {
+        let ok = Command::new(&bin)
+            .arg("-v")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return bin;
+        }
+    }
+    panic!("nginx is not installed: run `bash .ci/scaleout` (it installs it with apt-get)");
+}
+
+/// A running nginx master (in the foreground: `daemon off;`), stopped on
+/// drop: SIGTERM (nginx stops its workers), then SIGKILL for the master and
+/// the workers it had if it is still there after 5 s.
+pub struct Nginx {
+    child: Child,
+    pub dir: PathBuf,
+}
+
+impl Nginx {
+    /// Starts nginx with `conf` written to `dir/nginx.conf`; returns once
+    /// it accepts connections on `addr` (at most 10 s).
+    pub fn start(dir: &Path, addr: SocketAddr, conf: &str) -> Nginx {
+        let file = dir.join("nginx.conf");
+        std::fs::write(&file, conf).expect("write nginx.conf");
+        let child = Command::new(binary())
+            .arg("-c")
+            .arg(&file)
+            .arg("-p")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn nginx");
+        let mut nginx = Nginx {
+            child,
+            dir: dir.to_path_buf(),
+        };
+        let end = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(addr).is_err() {
+            if let Ok(Some(status)) = nginx.child.try_wait() {
+                panic!("nginx exited ({status}): {}", nginx.error_log());
+            }
+            assert!(
+                Instant::now() < end,
+                "nginx did not start: {}",
+                nginx.error_log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        nginx
+    }
+
+    /// nginx's error log so far (the last 4 KiB).
+    pub fn error_log(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default();
+        let start = log.len().saturating_sub(4096);
+        let start = (start..log.len())
+            .find(|&i| log.is_char_boundary(i))
+            .unwrap_or(log.len());
+        log[start..].to_string()
+    }
+
+    /// The ids of the master's children (its worker processes).
+    fn children(&self) -> Vec<u32> {
+        let pid = self.child.id();
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) with a pid this test started; no memory is involved.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let workers = self.children();
+        signal(self.child.id(), libc::SIGTERM);
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for pid in workers {
+            signal(pid, libc::SIGKILL);
+        }
+    }
+}
