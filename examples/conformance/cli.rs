@@ -1,0 +1,200 @@
+//! Command line: the mode, its target and the run's options. Tokens are
+//! read from environment variables named on the command line, never given
+//! on it.
+
+use crate::runner::Selection;
+use std::time::Duration;
+
+pub const USAGE: &str = "\
+usage:
+  conformance relay  --url http://HOST:PORT --worker-id ID [--token-env VAR]
+                     [--connect-path /connect] [--prefix /w/] [options]
+      plays a worker (dials ws://HOST:PORT/connect with the connect token in
+      $VAR, default STRATA_WORKER_CONNECT_TOKEN) and the HTTP callers of
+      http://HOST:PORT/w/ID/...
+  conformance worker --listen HOST:PORT [--token-env VAR] [--worker-token-env VAR]
+                     [--app example|strata|health-only] [--wait SECS] [options]
+      plays the relay: the worker under test dials ws://HOST:PORT/connect.
+      --token-env: the connect token the worker must present (default
+      STRATA_WORKER_CONNECT_TOKEN); --worker-token-env: the worker token sent
+      in each request's Authorization (default STRATA_WORKER_TOKEN);
+      --app: which routes the worker's app has (default health-only);
+      --wait: how long to wait for the worker's first dial (default 60).
+options:
+  --case PATTERN   only the cases whose id contains PATTERN (* is a wildcard)
+  --list           list the cases and exit
+  --long           also run the long cases (keepalive: ~20-40 s each)
+  --json FILE      write a JSON report to FILE
+exit status: 0 all selected cases passed (or were skipped), 1 a case failed,
+2 bad usage or the peer could not be reached";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum App {
+    /// The crate's example worker (examples/worker.rs): every route.
+    Example,
+    /// Strata's executor protocol: `/health`, `/v1/execute`.
+    Strata,
+    /// Only `GET /health`.
+    HealthOnly,
+}
+
+impl App {
+    pub fn name(self) -> &'static str {
+        match self {
+            App::Example => "example",
+            App::Strata => "strata",
+            App::HealthOnly => "health-only",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RelayTarget {
+    /// `host:port` of the relay.
+    pub authority: String,
+    pub worker_id: String,
+    pub connect_path: String,
+    pub prefix: String,
+    /// The connect token (read from the environment).
+    pub token: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerTarget {
+    pub listen: String,
+    /// The connect token the worker must present, if known.
+    pub token: Option<String>,
+    pub token_env: String,
+    /// The worker token for requests' Authorization, if known.
+    pub worker_token: Option<String>,
+    pub app: App,
+    pub wait: Duration,
+    /// How long a refused worker must stay away (the final-refusal case).
+    pub final_wait: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum Mode {
+    Relay(RelayTarget),
+    Worker(WorkerTarget),
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub mode: Mode,
+    pub selection: Selection,
+    pub list: bool,
+    pub json: Option<String>,
+}
+
+fn env_token(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
+pub fn parse(args: &[String]) -> Result<Config, String> {
+    let mut it = args.iter();
+    let mode = it.next().ok_or("no mode given")?.clone();
+    let mut opts: Vec<(String, Option<String>)> = Vec::new();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--list" | "--long" => opts.push((a.clone(), None)),
+            "--url" | "--worker-id" | "--token-env" | "--connect-path" | "--prefix"
+            | "--listen" | "--worker-token-env" | "--app" | "--wait" | "--final-wait"
+            | "--case" | "--json" => {
+                let v = it.next().ok_or(format!("{a} needs a value"))?;
+                opts.push((a.clone(), Some(v.clone())));
+            }
+            "--token" => {
+                return Err("tokens are read from the environment: use --token-env VAR".into())
+            }
+            _ => return Err(format!("unknown argument {a}")),
+        }
+    }
+    let get = |name: &str| {
+        opts.iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, v)| v.clone())
+    };
+    let has = |name: &str| opts.iter().any(|(n, _)| n == name);
+    let list = has("--list");
+    let selection = Selection {
+        pattern: get("--case"),
+        long: has("--long"),
+    };
+    let secs = |name: &str, default: u64| -> Result<Duration, String> {
+        match get(name) {
+            None => Ok(Duration::from_secs(default)),
+            Some(v) => v
+                .parse::<u64>()
+                .map(Duration::from_secs)
+                .map_err(|_| format!("{name}: not a number of seconds")),
+        }
+    };
+    let mode = match mode.as_str() {
+        "relay" => {
+            let url = get("--url").unwrap_or_else(|| "http://127.0.0.1:8080".into());
+            let authority = url
+                .strip_prefix("http://")
+                .ok_or("--url must be http://HOST:PORT")?
+                .trim_end_matches('/')
+                .to_string();
+            if authority.contains('/') || authority.is_empty() {
+                return Err("--url must be http://HOST:PORT (no path)".into());
+            }
+            let token_env =
+                get("--token-env").unwrap_or_else(|| "STRATA_WORKER_CONNECT_TOKEN".into());
+            let token = match env_token(&token_env) {
+                Some(t) => t,
+                None if list => String::new(),
+                None => {
+                    return Err(format!(
+                        "${token_env} is not set: the connect token the relay gives --worker-id"
+                    ))
+                }
+            };
+            let prefix = get("--prefix").unwrap_or_else(|| "/w/".into());
+            if !prefix.starts_with('/') || !prefix.ends_with('/') {
+                return Err("--prefix must start and end with /".into());
+            }
+            Mode::Relay(RelayTarget {
+                authority,
+                worker_id: get("--worker-id").unwrap_or_else(|| "abc".into()),
+                connect_path: get("--connect-path").unwrap_or_else(|| "/connect".into()),
+                prefix,
+                token,
+            })
+        }
+        "worker" => {
+            let token_env =
+                get("--token-env").unwrap_or_else(|| "STRATA_WORKER_CONNECT_TOKEN".into());
+            let wt_env = get("--worker-token-env").unwrap_or_else(|| "STRATA_WORKER_TOKEN".into());
+            let app = match get("--app").as_deref() {
+                None | Some("health-only") => App::HealthOnly,
+                Some("example") => App::Example,
+                Some("strata") => App::Strata,
+                Some(other) => {
+                    return Err(format!(
+                        "--app {other}: one of example, strata, health-only"
+                    ))
+                }
+            };
+            Mode::Worker(WorkerTarget {
+                listen: get("--listen").unwrap_or_else(|| "127.0.0.1:9000".into()),
+                token: env_token(&token_env),
+                token_env,
+                worker_token: env_token(&wt_env),
+                app,
+                wait: secs("--wait", 60)?,
+                final_wait: secs("--final-wait", 10)?,
+            })
+        }
+        other => return Err(format!("unknown mode {other}: relay or worker")),
+    };
+    Ok(Config {
+        mode,
+        selection,
+        list,
+        json: get("--json"),
+    })
+}

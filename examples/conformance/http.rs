@@ -1,0 +1,252 @@
+//! A raw HTTP/1.1 client on a `TcpStream`: it writes exactly the bytes a
+//! case asks for (dot segments, hop-by-hop headers, a body cut short) and
+//! reads a response, telling a complete body from one cut off. Every read is
+//! bounded by a deadline.
+
+use std::io;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::timeout_at;
+
+/// A response as far as it was read.
+#[derive(Debug, Clone, Default)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The body ended as its framing says (Content-Length reached, chunked
+    /// terminator seen); false when the connection closed or the deadline
+    /// passed first.
+    pub complete: bool,
+    /// How the body was framed: `length`, `chunked`, `close` or `none`.
+    pub framing: &'static str,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub async fn connect(authority: &str, within: Duration) -> io::Result<TcpStream> {
+    let s = tokio::time::timeout(within, TcpStream::connect(authority))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+/// The bytes of a request head: `Host` first, then `headers` as given.
+pub fn head(method: &str, target: &str, host: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut h = format!("{method} {target} HTTP/1.1\r\nhost: {host}\r\n");
+    for (n, v) in headers {
+        h.push_str(&format!("{n}: {v}\r\n"));
+    }
+    h.push_str("\r\n");
+    h.into_bytes()
+}
+
+pub async fn write_all(s: &mut TcpStream, bytes: &[u8], within: Duration) -> io::Result<()> {
+    match tokio::time::timeout(within, s.write_all(bytes)).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "write timed out")),
+    }
+}
+
+/// Buffered reads with a deadline.
+struct Reader<'a> {
+    s: &'a mut TcpStream,
+    buf: Vec<u8>,
+    deadline: Instant,
+    eof: bool,
+}
+
+impl Reader<'_> {
+    /// Reads more; false at EOF or the deadline.
+    async fn fill(&mut self) -> io::Result<bool> {
+        if self.eof {
+            return Ok(false);
+        }
+        let mut tmp = vec![0u8; 256 * 1024];
+        match timeout_at(self.deadline.into(), self.s.read(&mut tmp)).await {
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no response in time",
+            )),
+            Ok(Ok(0)) => {
+                self.eof = true;
+                Ok(false)
+            }
+            Ok(Ok(n)) => {
+                self.buf.extend_from_slice(&tmp[..n]);
+                Ok(true)
+            }
+            // A reset after data is the end of what can be read.
+            Ok(Err(e)) if e.kind() == io::ErrorKind::ConnectionReset => {
+                self.eof = true;
+                Ok(false)
+            }
+            Ok(Err(e)) => Err(e),
+        }
+    }
+
+    async fn line(&mut self) -> io::Result<Option<Vec<u8>>> {
+        loop {
+            if let Some(at) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = self.buf[..at].to_vec();
+                self.buf.drain(..at + 2);
+                return Ok(Some(line));
+            }
+            if self.buf.len() > 64 * 1024 || !self.fill().await? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Up to `n` bytes (fewer at EOF).
+    async fn take(&mut self, n: usize, out: &mut Vec<u8>) -> io::Result<bool> {
+        let mut want = n;
+        loop {
+            let k = want.min(self.buf.len());
+            out.extend_from_slice(&self.buf[..k]);
+            self.buf.drain(..k);
+            want -= k;
+            if want == 0 {
+                return Ok(true);
+            }
+            if !self.fill().await? {
+                return Ok(false);
+            }
+        }
+    }
+}
+
+/// Reads one response. A deadline reached inside the body is not an error:
+/// the body is returned incomplete. `no_body`: the request was HEAD.
+pub async fn read_response(
+    s: &mut TcpStream,
+    within: Duration,
+    no_body: bool,
+) -> io::Result<Response> {
+    let mut r = Reader {
+        s,
+        buf: Vec::new(),
+        deadline: Instant::now() + within,
+        eof: false,
+    };
+    let status_line = r
+        .line()
+        .await?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed before a response"))?;
+    let status_line = String::from_utf8_lossy(&status_line).into_owned();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad status line {status_line:?}"),
+            )
+        })?;
+    let mut resp = Response {
+        status,
+        ..Response::default()
+    };
+    loop {
+        let line = r.line().await?.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::UnexpectedEof, "closed inside the head")
+        })?;
+        if line.is_empty() {
+            break;
+        }
+        let line = String::from_utf8_lossy(&line).into_owned();
+        if let Some((n, v)) = line.split_once(':') {
+            resp.headers
+                .push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+    }
+    if no_body || status == 204 || status == 304 || (100..200).contains(&status) {
+        resp.framing = "none";
+        resp.complete = true;
+        return Ok(resp);
+    }
+    let chunked = resp
+        .header("transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let result = if chunked {
+        resp.framing = "chunked";
+        read_chunked(&mut r, &mut resp.body).await
+    } else if let Some(len) = resp
+        .header("content-length")
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        resp.framing = "length";
+        r.take(len, &mut resp.body).await
+    } else {
+        resp.framing = "close";
+        loop {
+            let n = r.buf.len();
+            r.take(n, &mut resp.body).await?;
+            if !r.fill().await? {
+                break Ok(true);
+            }
+        }
+    };
+    resp.complete = match result {
+        Ok(c) => c,
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => false,
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => false,
+        Err(e) => return Err(e),
+    };
+    Ok(resp)
+}
+
+async fn read_chunked(r: &mut Reader<'_>, out: &mut Vec<u8>) -> io::Result<bool> {
+    loop {
+        let Some(size_line) = r.line().await? else {
+            return Ok(false);
+        };
+        let size_text = String::from_utf8_lossy(&size_line);
+        let size_text = size_text.split(';').next().unwrap_or("").trim().to_string();
+        let size = usize::from_str_radix(&size_text, 16)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad chunk size"))?;
+        if size == 0 {
+            // Trailers, then the blank line.
+            loop {
+                match r.line().await? {
+                    Some(l) if l.is_empty() => return Ok(true),
+                    Some(_) => continue,
+                    None => return Ok(false),
+                }
+            }
+        }
+        if !r.take(size, out).await? {
+            return Ok(false);
+        }
+        match r.line().await? {
+            Some(l) if l.is_empty() => {}
+            _ => return Ok(false),
+        }
+    }
+}
+
+/// One request on a new connection, read to the end.
+pub async fn exchange(
+    authority: &str,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    within: Duration,
+) -> io::Result<Response> {
+    let mut s = connect(authority, within).await?;
+    let mut bytes = head(method, target, authority, headers);
+    bytes.extend_from_slice(body);
+    write_all(&mut s, &bytes, within).await?;
+    read_response(&mut s, within, method == "HEAD").await
+}

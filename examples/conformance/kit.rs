@@ -1,0 +1,85 @@
+//! One run of the kit: the mode's context and cases, the report.
+
+use crate::cli::{Config, Mode};
+use crate::relay_ctx::RelayCtx;
+use crate::report::{self, CaseResult};
+use crate::runner::{self, Case};
+use crate::worker_ctx::WorkerCtx;
+use crate::{relay_cases_conn, relay_cases_http, worker_cases_conn, worker_cases_streams};
+
+pub fn relay_cases() -> Vec<Case<RelayCtx>> {
+    let mut c = relay_cases_conn::cases();
+    // The handshake first, then the streams, then the cases that end the connection.
+    let tail = c.split_off(7);
+    c.extend(relay_cases_http::cases());
+    c.extend(tail);
+    c
+}
+
+pub fn worker_cases() -> Vec<Case<WorkerCtx>> {
+    let mut c = worker_cases_streams::cases();
+    c.extend(worker_cases_conn::cases());
+    c
+}
+
+/// What a run came to.
+pub struct Run {
+    pub mode: &'static str,
+    pub target: String,
+    pub results: Vec<CaseResult>,
+}
+
+/// Runs `cfg`, printing each line as it comes when `print`. `Err`: the
+/// peer could not be reached at all (the listener could not bind, the
+/// worker never dialled).
+pub async fn run(cfg: &Config, print: bool) -> Result<Run, String> {
+    let line = |r: &CaseResult| {
+        if print {
+            println!("{}", r.line());
+        }
+    };
+    match &cfg.mode {
+        Mode::Relay(t) => {
+            let target = format!("http://{} worker {}", t.authority, t.worker_id);
+            let mut ctx = RelayCtx::new(t.clone());
+            let results = runner::run(&relay_cases(), &mut ctx, &cfg.selection, line).await;
+            Ok(Run {
+                mode: "relay",
+                target,
+                results,
+            })
+        }
+        Mode::Worker(t) => {
+            let mut ctx = WorkerCtx::bind(t.clone())
+                .await
+                .map_err(|e| format!("cannot listen on {}: {e}", t.listen))?;
+            let addr = ctx.local_addr();
+            if print {
+                eprintln!(
+                    "conformance: waiting up to {} s for the worker to dial ws://{addr}/connect",
+                    t.wait.as_secs()
+                );
+            }
+            let (s, hs) = ctx.next_dial(t.wait).await?;
+            ctx.first = Some(hs.clone());
+            ctx.conn = ctx
+                .answer(s, &hs, crate::worker_ctx::Answer::Accept)
+                .await?;
+            let results = runner::run(&worker_cases(), &mut ctx, &cfg.selection, line).await;
+            Ok(Run {
+                mode: "worker",
+                target: format!("worker dialling ws://{addr}/connect (app {})", t.app.name()),
+                results,
+            })
+        }
+    }
+}
+
+/// Writes the JSON report.
+pub fn write_json(path: &str, run: &Run) -> std::io::Result<()> {
+    let v = report::json(run.mode, &run.target, &run.results);
+    std::fs::write(
+        path,
+        serde_json::to_string_pretty(&v).unwrap_or_default() + "\n",
+    )
+}

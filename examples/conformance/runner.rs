@@ -1,0 +1,203 @@
+//! The case table, the `--case` filter and the loop that runs the cases,
+//! each bounded by a timeout.
+
+use crate::report::{CaseResult, Outcome};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+/// A case's body: borrows the mode's context for its run.
+pub type CaseFn<C> = for<'a> fn(&'a mut C) -> Pin<Box<dyn Future<Output = Outcome> + 'a>>;
+
+/// Which worker app a case needs (worker mode; relay-mode cases need none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Any worker: only `GET /health` is asked.
+    Any,
+    /// The crate's example worker (`/echo`, `/sleep`, `/fail-after`, `/slow-sink` …).
+    Example,
+    /// The example, or Strata's executor protocol (`/v1/execute`).
+    ExampleOrStrata,
+}
+
+/// What a case is and how it runs.
+pub struct Case<C> {
+    pub id: &'static str,
+    /// The section of the spec (worker-relay-protocol.md) the case checks.
+    pub section: &'static str,
+    /// What the case checks, for `--list`.
+    pub what: &'static str,
+    pub needs: Needs,
+    /// Takes tens of seconds: runs with `--long`, or when `--case` names it exactly.
+    pub long: bool,
+    /// Leaves the peer refused for good (a worker exits): runs last, at most one per run.
+    pub terminal: bool,
+    pub run: CaseFn<C>,
+}
+
+/// Declares a case: `case!(Ctx, id, section, needs, long, terminal, what, fn_name)`.
+#[macro_export]
+macro_rules! case {
+    ($ctx:ty, $id:expr, $section:expr, $needs:expr, long = $long:expr, terminal = $term:expr, $what:expr, $f:path) => {{
+        fn run<'a>(
+            c: &'a mut $ctx,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = $crate::report::Outcome> + 'a>>
+        {
+            Box::pin($f(c))
+        }
+        $crate::runner::Case::<$ctx> {
+            id: $id,
+            section: $section,
+            what: $what,
+            needs: $needs,
+            long: $long,
+            terminal: $term,
+            run,
+        }
+    }};
+}
+
+/// `--case PATTERN`: `*` matches any run of characters; a pattern without
+/// `*` matches the ids that contain it.
+pub fn matches(pattern: &str, id: &str) -> bool {
+    if !pattern.contains('*') {
+        return id.contains(pattern);
+    }
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let mut rest = id;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            match rest.strip_prefix(part) {
+                Some(r) => rest = r,
+                None => return false,
+            }
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+    }
+    rest.is_empty()
+}
+
+/// How the run was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub pattern: Option<String>,
+    pub long: bool,
+}
+
+impl Selection {
+    pub fn selects<C>(&self, case: &Case<C>) -> bool {
+        self.pattern.as_deref().is_none_or(|p| matches(p, case.id))
+    }
+
+    fn long_enabled<C>(&self, case: &Case<C>) -> bool {
+        self.long || self.pattern.as_deref() == Some(case.id)
+    }
+}
+
+/// What the mode's context must answer for the runner.
+pub trait Context {
+    /// Why a case needing `needs` cannot run against this peer, if it cannot.
+    fn unmet(&self, needs: Needs) -> Option<String>;
+    /// Called before each case (drains what a previous case left behind).
+    fn before_case(&mut self) -> impl Future<Output = ()>;
+}
+
+pub const CASE_LIMIT: Duration = Duration::from_secs(60);
+pub const LONG_CASE_LIMIT: Duration = Duration::from_secs(150);
+
+/// Runs the selected cases in order, calling `each` with every result as it comes.
+pub async fn run<C: Context>(
+    cases: &[Case<C>],
+    ctx: &mut C,
+    sel: &Selection,
+    mut each: impl FnMut(&CaseResult),
+) -> Vec<CaseResult> {
+    let mut results = Vec::new();
+    let mut ended_by: Option<&'static str> = None;
+    for case in cases.iter().filter(|c| sel.selects(c)) {
+        let start = Instant::now();
+        let outcome = if let Some(why) = ctx.unmet(case.needs) {
+            Outcome::Skip(why)
+        } else if case.long && !sel.long_enabled(case) {
+            Outcome::Skip("long case: run with --long or --case <this id>".into())
+        } else if let (true, Some(prev)) = (case.terminal, ended_by) {
+            Outcome::Skip(format!(
+                "{prev} already refused the peer for good; run this case alone (--case {}) against a fresh peer",
+                case.id
+            ))
+        } else {
+            ctx.before_case().await;
+            let limit = if case.long {
+                LONG_CASE_LIMIT
+            } else {
+                CASE_LIMIT
+            };
+            let out = match tokio::time::timeout(limit, (case.run)(ctx)).await {
+                Ok(o) => o,
+                Err(_) => Outcome::Fail(format!("the case timed out after {} s", limit.as_secs())),
+            };
+            if case.terminal {
+                ended_by = Some(case.id);
+            }
+            out
+        };
+        let r = CaseResult {
+            id: case.id,
+            section: case.section,
+            outcome,
+            took: start.elapsed(),
+        };
+        each(&r);
+        results.push(r);
+    }
+    results
+}
+
+/// `--list`: one line per case.
+pub fn list<C>(cases: &[Case<C>], sel: &Selection) -> Vec<String> {
+    cases
+        .iter()
+        .filter(|c| sel.selects(c))
+        .map(|c| {
+            let mut tags = Vec::new();
+            if c.long {
+                tags.push("long");
+            }
+            if c.terminal {
+                tags.push("terminal");
+            }
+            match c.needs {
+                Needs::Any => {}
+                Needs::Example => tags.push("app=example"),
+                Needs::ExampleOrStrata => tags.push("app=example|strata"),
+            }
+            let tags = if tags.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", tags.join(", "))
+            };
+            format!("{} {} {}{}", c.id, c.section, c.what, tags)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matches;
+
+    #[test]
+    fn patterns() {
+        assert!(matches("url", "relay.url.prefix"));
+        assert!(matches("relay.*", "relay.url.prefix"));
+        assert!(matches("*.prefix", "relay.url.prefix"));
+        assert!(matches("relay.*.prefix", "relay.url.prefix"));
+        assert!(!matches("worker.*", "relay.url.prefix"));
+        assert!(!matches("relay.*.x", "relay.url.prefix"));
+    }
+}
