@@ -2,7 +2,8 @@
 //!
 //! - `connect_url_names_the_worker` (runs in `cargo test`): a relay accepts
 //!   a worker at `/connect/<id>` only with `<id>`'s own token, both as
-//!   `Gateway::service()` and as an axum route `/connect/{id}`.
+//!   `Gateway::service()` and as an axum route `/connect/{id}`; and
+//!   `docs/scale-out.md` quotes the nginx configuration the test uses.
 //! - `three_relays_behind_nginx` (`#[ignore]`: it needs nginx; run by
 //!   `bash .ci/scaleout`, which installs it): nginx with
 //!   `tests/scaleout/nginx.conf.template` in front of 3 relay example
@@ -160,6 +161,16 @@ async fn connect_url_names_the_worker() {
     let mut ids: Vec<String> = gateway.connected().iter().map(|w| w.to_string()).collect();
     ids.sort();
     assert_eq!(ids, ["w00", "w01", "w02"]);
+}
+
+#[test]
+fn the_scale_out_doc_shows_the_tested_configuration() {
+    let doc = include_str!("../docs/scale-out.md");
+    let quoted = format!("```nginx\n{}```", nginx::TEMPLATE);
+    assert!(
+        doc.contains(&quoted),
+        "docs/scale-out.md must quote tests/scaleout/nginx.conf.template verbatim"
+    );
 }
 
 /// A private directory for nginx and the tokens file (removed at the end).
