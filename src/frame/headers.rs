@@ -43,6 +43,13 @@ pub fn is_token(s: &str) -> bool {
 }
 
 fn check_value(value: &str, index: usize) -> Result<(), HeaderError> {
+    // The usual case first, without branches (the compiler vectorises it).
+    let bad = value.bytes().fold(false, |bad, b| {
+        bad | (b >= 0xc4) | (b == b'\r') | (b == b'\n') | (b == 0)
+    });
+    if !bad {
+        return Ok(());
+    }
     // Byte by byte on the UTF-8: a char above U+00FF is exactly one whose
     // lead byte is 0xC4 or more; CR, LF and NUL are single bytes. The first
     // offending char decides, as when walking chars.

@@ -37,6 +37,7 @@ mod error;
 mod head_limits;
 mod headers;
 mod id;
+mod json_out;
 mod limits;
 mod message;
 mod raw;
