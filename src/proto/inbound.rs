@@ -173,6 +173,46 @@ impl InBody {
     }
 }
 
+/// What the bodies of one connection hold, kept in step by [`Held::op`]:
+/// the bytes, and how many bodies are at the chunk bound (reading pauses
+/// while any is). Both machines keep one, so that `wants_read` costs the
+/// same with 10,000 streams open as with one.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    /// Bytes held by every body.
+    pub bytes: usize,
+    /// Bodies holding `limit` chunks or more.
+    pub full: usize,
+}
+
+impl Held {
+    /// Runs `f` on `body`, keeping the tallies in step.
+    pub fn op<R>(
+        &mut self,
+        body: &mut InBody,
+        limit: usize,
+        f: impl FnOnce(&mut InBody) -> R,
+    ) -> R {
+        let (bytes, full) = (body.bytes(), body.chunks() >= limit);
+        let r = f(body);
+        self.bytes = self.bytes - bytes + body.bytes();
+        match (full, body.chunks() >= limit) {
+            (false, true) => self.full += 1,
+            (true, false) => self.full -= 1,
+            _ => {}
+        }
+        r
+    }
+
+    /// `body` leaves the connection with what it holds.
+    pub fn forget(&mut self, body: &InBody, limit: usize) {
+        self.bytes -= body.bytes();
+        if body.chunks() >= limit {
+            self.full -= 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +276,21 @@ mod tests {
         assert_eq!(b.fail(), 2);
         assert!(!b.is_open());
         assert_eq!(b.read(), BodyRead::Gone);
+    }
+
+    #[test]
+    fn held_follows_bytes_and_bodies_at_the_bound() {
+        let mut held = Held::default();
+        let mut b = InBody::new();
+        held.op(&mut b, 2, |b| b.push(Bytes::from_static(b"ab")));
+        assert_eq!((held.bytes, held.full), (2, 0));
+        held.op(&mut b, 2, |b| b.push(Bytes::from_static(b"cde")));
+        assert_eq!((held.bytes, held.full), (5, 1));
+        held.op(&mut b, 2, InBody::read);
+        assert_eq!((held.bytes, held.full), (3, 0));
+        held.op(&mut b, 2, |b| b.push(Bytes::from_static(b"f")));
+        assert_eq!((held.bytes, held.full), (4, 1));
+        held.forget(&b, 2);
+        assert_eq!((held.bytes, held.full), (0, 0));
     }
 }

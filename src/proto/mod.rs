@@ -38,6 +38,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod chunk_pool;
 mod close;
 pub(crate) mod config;
 mod core;
@@ -45,6 +46,7 @@ mod error;
 mod inbound;
 mod keepalive;
 mod length;
+mod local_map;
 mod outbound;
 mod relay;
 mod stats;

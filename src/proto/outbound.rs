@@ -1,10 +1,11 @@
 //! The outgoing scheduler shared by both sides: control frames first, then body
 //! chunks of different streams round-robin, with bounded queues.
 
+use super::local_map::LocalMap;
 use super::StreamKey;
-use crate::frame::{encode_chunk, ControlFrame, Message, StreamId};
+use crate::frame::{ControlFrame, Message, StreamId};
 use bytes::Bytes;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// One stream's queued outgoing body.
 #[derive(Debug)]
@@ -57,7 +58,7 @@ struct Control {
 #[derive(Debug)]
 pub(crate) struct Outbound {
     control: VecDeque<Control>,
-    streams: HashMap<StreamKey, OutStream>,
+    streams: LocalMap<StreamKey, OutStream>,
     ready: VecDeque<StreamKey>,
     queued: usize,
     high_water: usize,
@@ -65,13 +66,16 @@ pub(crate) struct Outbound {
     conn_limit: usize,
     chunk_size: usize,
     writable: Vec<StreamKey>,
+    /// Streams refused bytes (`OutStream::blocked`), possibly some gone
+    /// since: [`Outbound::wake_blocked`] looks at these, not every stream.
+    blocked: Vec<StreamKey>,
 }
 
 impl Outbound {
     pub fn new(stream_limit: usize, conn_limit: usize, chunk_size: usize) -> Outbound {
         Outbound {
             control: VecDeque::new(),
-            streams: HashMap::new(),
+            streams: LocalMap::default(),
             ready: VecDeque::new(),
             queued: 0,
             high_water: 0,
@@ -79,6 +83,7 @@ impl Outbound {
             conn_limit: conn_limit.max(1),
             chunk_size: chunk_size.clamp(1, crate::frame::MAX_CHUNK_BODY),
             writable: Vec::new(),
+            blocked: Vec::new(),
         }
     }
 
@@ -161,7 +166,10 @@ impl Outbound {
             return 0;
         };
         if data.len() > cap {
-            s.blocked = true;
+            if !s.blocked {
+                s.blocked = true;
+                self.blocked.push(key);
+            }
             data.truncate(cap);
         }
         let n = data.len();
@@ -235,17 +243,30 @@ impl Outbound {
         self.ready.clear();
         self.queued = 0;
         self.writable.clear();
+        self.blocked.clear();
     }
 
     fn wake_blocked(&mut self) {
-        if self.queued < self.conn_limit {
-            for (k, s) in self.streams.iter_mut() {
-                if s.blocked && !s.end_pending && s.queued < self.stream_limit {
-                    s.blocked = false;
-                    self.writable.push(*k);
-                }
-            }
+        if self.queued >= self.conn_limit || self.blocked.is_empty() {
+            return;
         }
+        let (streams, writable) = (&mut self.streams, &mut self.writable);
+        let stream_limit = self.stream_limit;
+        self.blocked.retain(|k| {
+            let Some(s) = streams.get_mut(k).filter(|s| s.blocked) else {
+                return false; // gone, or woken another way
+            };
+            if s.end_pending {
+                s.blocked = false;
+                return false;
+            }
+            if s.queued < stream_limit {
+                s.blocked = false;
+                writable.push(*k);
+                return false;
+            }
+            true
+        });
     }
 
     /// Streams that were refused bytes and may queue again.
@@ -275,7 +296,7 @@ impl Outbound {
         let n = piece.len();
         s.queued -= n;
         self.queued -= n;
-        let msg = Message::Binary(encode_chunk(s.id, &piece));
+        let msg = Message::Binary(super::chunk_pool::encode(s.id, &piece));
         if !s.queue.is_empty() {
             self.ready.push_back(key);
         } else {

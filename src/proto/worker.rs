@@ -2,8 +2,9 @@
 //! application, and the application's responses into frames.
 
 use super::core::{default_machine, machine_common, Core, Input};
-use super::inbound::{BodyRead, InBody};
+use super::inbound::{BodyRead, Held, InBody};
 use super::length::{no_body, Length};
+use super::local_map::LocalMap;
 use super::outbound::SendAbort;
 use super::Keepalive;
 use super::{
@@ -112,7 +113,8 @@ struct Stream {
 #[derive(Debug)]
 pub struct WorkerConnection {
     config: WorkerConfig,
-    streams: HashMap<StreamKey, Stream>,
+    streams: LocalMap<StreamKey, Stream>,
+    /// Keyed by the relay's ids: the standard library's keyed hasher.
     ids: HashMap<StreamId, StreamKey>,
     /// Requests answered at once by the machine itself (400, 503) whose
     /// answer has not gone out yet: a relay `abort` drops it.
@@ -120,7 +122,8 @@ pub struct WorkerConnection {
     next_key: u64,
     core: Core,
     events: VecDeque<WorkerEvent>,
-    unread_bytes: usize,
+    /// What the request bodies hold (bytes, bodies at the chunk bound).
+    held: Held,
 }
 
 default_machine!(WorkerConnection, WorkerConfig);
@@ -133,12 +136,12 @@ impl WorkerConnection {
         WorkerConnection {
             core: Core::new(&config.common),
             config,
-            streams: HashMap::new(),
+            streams: LocalMap::default(),
             ids: HashMap::new(),
             answering: HashMap::new(),
             next_key: 1,
             events: VecDeque::new(),
-            unread_bytes: 0,
+            held: Held::default(),
         }
     }
 
@@ -152,16 +155,13 @@ impl WorkerConnection {
     pub fn wants_read(&self) -> bool {
         !self.core.closed
             && self.answering.len() < MAX_PENDING_REFUSALS
-            && self.unread_bytes < self.config.common.max_unread_bytes
-            && self
-                .streams
-                .values()
-                .all(|s| s.body.chunks() < self.config.common.max_unread_chunks)
+            && self.held.bytes < self.config.common.max_unread_bytes
+            && self.held.full == 0
     }
 
     /// The connection's counters.
     pub fn stats(&self) -> Stats {
-        self.core.stats(self.streams.len(), self.unread_bytes)
+        self.core.stats(self.streams.len(), self.held.bytes)
     }
 
     /// Bounds in force.
@@ -326,18 +326,16 @@ impl WorkerConnection {
         let Some(s) = self.streams.get_mut(&key) else {
             return BodyRead::Gone;
         };
-        let r = s.body.read();
-        if let BodyRead::Data(d) = &r {
-            self.unread_bytes -= d.len();
-        }
-        r
+        let limit = self.config.common.max_unread_chunks;
+        self.held.op(&mut s.body, limit, InBody::read)
     }
 
     /// The application will not read the rest of the request body: drop what
     /// is held and whatever arrives later.
     pub fn discard_body(&mut self, key: StreamKey) {
         if let Some(s) = self.streams.get_mut(&key) {
-            self.unread_bytes -= s.body.discard();
+            let limit = self.config.common.max_unread_chunks;
+            self.held.op(&mut s.body, limit, InBody::discard);
         }
     }
 
@@ -353,7 +351,8 @@ impl WorkerConnection {
             self.answering.retain(|_, k| *k != key);
             if let Some(s) = self.streams.remove(&key) {
                 self.ids.remove(&s.id);
-                self.unread_bytes -= s.body.bytes();
+                self.held
+                    .forget(&s.body, self.config.common.max_unread_chunks);
                 let reason = if s.failed {
                     WorkerEnd::Failed
                 } else {
@@ -386,7 +385,7 @@ impl WorkerConnection {
                     if s.body.is_reading() && s.request.short() {
                         self.protocol_error(key);
                     } else if s.body.is_open() {
-                        s.body.end();
+                        s.body.end(); // changes neither bytes nor chunks
                         self.events.push_back(WorkerEvent::Readable { key });
                     } else {
                         self.core.stats.messages_ignored += 1;
@@ -396,8 +395,9 @@ impl WorkerConnection {
             },
             ControlFrame::Abort { id } => match self.ids.remove(&id) {
                 Some(key) => {
-                    let mut s = self.streams.remove(&key).expect("ids and streams agree");
-                    self.unread_bytes -= s.body.fail();
+                    let s = self.streams.remove(&key).expect("ids and streams agree");
+                    self.held
+                        .forget(&s.body, self.config.common.max_unread_chunks);
                     self.core.out.abort(key, id, SendAbort::Never);
                     self.ended(key, WorkerEnd::ClientAborted);
                 }
@@ -519,9 +519,9 @@ impl WorkerConnection {
             s.request.add(data.len());
         }
         let was_empty = s.body.chunks() == 0;
-        let held = s.body.push(data);
-        self.unread_bytes += held;
-        self.core.note_buffered_in(self.unread_bytes);
+        let limit = self.config.common.max_unread_chunks;
+        let held = self.held.op(&mut s.body, limit, |b| b.push(data));
+        self.core.note_buffered_in(self.held.bytes);
         if held > 0 && was_empty {
             self.events.push_back(WorkerEvent::Readable { key });
         }
@@ -531,9 +531,10 @@ impl WorkerConnection {
     /// or shorter than its Content-Length): the body fails, the response is
     /// dropped, `abort` goes out, and the application is told.
     fn protocol_error(&mut self, key: StreamKey) {
-        let mut s = self.streams.remove(&key).expect("open stream");
+        let s = self.streams.remove(&key).expect("open stream");
         self.ids.remove(&s.id);
-        self.unread_bytes -= s.body.fail();
+        self.held
+            .forget(&s.body, self.config.common.max_unread_chunks);
         self.core.out.abort(key, s.id, SendAbort::Always);
         // Like the machine's own refusals: a relay `abort` that crosses this
         // one drops it, and it counts against MAX_PENDING_REFUSALS.
@@ -555,6 +556,6 @@ impl WorkerConnection {
             self.streams.remove(&key);
             self.ended(key, WorkerEnd::ConnectionLost);
         }
-        self.unread_bytes = 0;
+        self.held = Held::default();
     }
 }

@@ -8,8 +8,9 @@ mod slow;
 mod wire;
 
 use super::core::{default_machine, machine_common, Core, Input};
-use super::inbound::{BodyRead, InBody};
+use super::inbound::{BodyRead, Held, InBody};
 use super::length::Length;
+use super::local_map::LocalMap;
 use super::outbound::SendAbort;
 use super::Keepalive;
 use super::{
@@ -19,7 +20,7 @@ use super::{
 use crate::frame::{CloseCode, ControlFrame, Decoded, Message, RequestHead, StreamId};
 use bytes::Bytes;
 pub use config::{OverflowConfig, RelayConfig, RelayConfigBuilder, RelayEnd, RelayEvent};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
 
 #[derive(Debug)]
@@ -95,16 +96,16 @@ impl Stream {
 #[derive(Debug)]
 pub struct RelayConnection {
     config: RelayConfig,
-    streams: HashMap<StreamKey, Stream>,
-    ids: HashMap<StreamId, StreamKey>,
+    streams: LocalMap<StreamKey, Stream>,
+    /// Ids this side hands out (never the peer's choice).
+    ids: LocalMap<StreamId, StreamKey>,
     next_key: u64,
     next_id: StreamId,
     core: Core,
     events: VecDeque<RelayEvent>,
-    /// Unread response bytes held in memory, all streams.
-    unread_bytes: usize,
-    /// Streams holding `max_unread_chunks` unread chunks.
-    blocked: usize,
+    /// Unread response bytes held in memory, all streams, and the streams
+    /// holding `max_unread_chunks` unread chunks.
+    held: Held,
     /// Chunks for the overflow store, in order.
     spills: VecDeque<(StreamKey, Bytes)>,
     spill_backlog: usize,
@@ -124,15 +125,14 @@ impl RelayConnection {
     /// A connection whose handshake has just completed.
     pub fn new(config: RelayConfig) -> RelayConnection {
         RelayConnection {
-            streams: HashMap::new(),
-            ids: HashMap::new(),
+            streams: LocalMap::default(),
+            ids: LocalMap::default(),
             next_key: 1,
             next_id: StreamId::MIN,
             core: Core::new(&config.common),
             config,
             events: VecDeque::new(),
-            unread_bytes: 0,
-            blocked: 0,
+            held: Held::default(),
             spills: VecDeque::new(),
             spill_backlog: 0,
             spilled_total: 0,
@@ -150,8 +150,8 @@ impl RelayConnection {
     /// connection closed. A pause never outlasts `read_pause_timeout`.
     pub fn wants_read(&self) -> bool {
         !self.core.closed
-            && self.blocked == 0
-            && self.unread_bytes + self.spill_backlog < self.config.common.max_unread_bytes
+            && self.held.full == 0
+            && self.held.bytes + self.spill_backlog < self.config.common.max_unread_bytes
     }
 
     /// The wire id of a stream still in flight.
@@ -175,7 +175,7 @@ impl RelayConnection {
 
     /// The connection's counters.
     pub fn stats(&self) -> Stats {
-        let mut s = self.core.stats(self.streams.len(), self.unread_bytes);
+        let mut s = self.core.stats(self.streams.len(), self.held.bytes);
         s.overflow_bytes = self.spilled_total;
         s
     }
@@ -452,7 +452,7 @@ impl RelayConnection {
         s.refill_asked = false;
         let was_empty = s.body.chunks() == 0;
         let held = self.body_op(key, |b| b.refill(data));
-        self.core.note_buffered_in(self.unread_bytes);
+        self.core.note_buffered_in(self.held.bytes);
         if held > 0 && was_empty {
             self.events.push_back(RelayEvent::Readable { key });
         }

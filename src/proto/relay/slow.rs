@@ -15,15 +15,9 @@ impl RelayConnection {
     pub(super) fn body_op<R>(&mut self, key: StreamKey, f: impl FnOnce(&mut InBody) -> R) -> R {
         let limit = self.config.common.max_unread_chunks;
         let b = &mut self.streams.get_mut(&key).expect("a held stream").body;
-        let (bytes, chunks, spilled) = (b.bytes(), b.chunks(), b.spilled());
-        let r = f(b);
-        self.unread_bytes = self.unread_bytes - bytes + b.bytes();
+        let spilled = b.spilled();
+        let r = self.held.op(b, limit, f);
         self.spilled_total = self.spilled_total - spilled + b.spilled();
-        match (chunks >= limit, b.chunks() >= limit) {
-            (false, true) => self.blocked += 1,
-            (true, false) => self.blocked -= 1,
-            _ => {}
-        }
         r
     }
 

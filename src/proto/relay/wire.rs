@@ -144,7 +144,7 @@ impl RelayConnection {
             s.body.spilled() > 0
                 || s.body.chunks() >= self.config.common.max_unread_chunks
                 || s.body.bytes() + n > ov.memory_per_stream
-                || self.unread_bytes + n > self.config.common.max_unread_bytes
+                || self.held.bytes + n > self.config.common.max_unread_bytes
         });
         if let Some(ov) = spill {
             if s.body.spilled() + n as u64 > ov.max_per_stream
@@ -160,7 +160,7 @@ impl RelayConnection {
         } else {
             let was_empty = s.body.chunks() == 0;
             let held = self.body_op(key, |b| b.push(data));
-            self.core.note_buffered_in(self.unread_bytes);
+            self.core.note_buffered_in(self.held.bytes);
             if held > 0 && was_empty {
                 self.events.push_back(RelayEvent::Readable { key });
             }
