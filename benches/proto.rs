@@ -15,6 +15,13 @@
 //!   to 64 in flight), each answered 200 with a 15-byte body, read to the end.
 //!   Baseline: a memcpy of as many bytes as the two sides emitted.
 //!
+//! - `proto_small/requests_10_headers/10000`: the same with the ten request
+//!   headers of `codec`'s `request_10_headers` (a Strata `POST
+//!   /v1/execute`'s, 605 bytes of frame), the issue-17 goal of ≤ 3 µs each.
+//! - `proto_open_streams/{1,10000}`: 1,000 such requests through a pair that
+//!   has N other requests open all along (the worker holds them, unanswered):
+//!   the cost of a message must not grow with the streams open.
+//!
 //! Between the two cores sits a "socket" of at most 16 messages per
 //! direction; each side reads only while `wants_read()` (the backpressure).
 
@@ -27,7 +34,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 use worker_relay::frame::{Headers, Message, RequestHead, ResponseHead};
 use worker_relay::proto::{
-    BodyRead, RelayConnection, RelayEvent, StreamKey, WorkerConnection, WorkerEvent,
+    BodyRead, RelayConfig, RelayConnection, RelayEvent, StreamKey, WorkerConfig, WorkerConnection,
+    WorkerEvent,
 };
 
 const GIB: usize = 1 << 30;
@@ -45,9 +53,35 @@ struct Pair {
 
 impl Pair {
     fn new() -> Pair {
+        Pair::with(RelayConnection::default(), WorkerConnection::default())
+    }
+
+    /// A pair whose worker holds `open` requests it never answers.
+    fn with_open(open: usize) -> Pair {
+        let max = open + 1024;
+        let relay = RelayConfig::builder().max_streams(max).build().unwrap();
+        let worker = WorkerConfig::builder().max_streams(max).build().unwrap();
+        let mut p = Pair::with(RelayConnection::new(relay), WorkerConnection::new(worker));
+        let head = RequestHead::new("GET", "/idle", "", Headers::new()).unwrap();
+        for _ in 0..open {
+            let key = p.relay.open_stream(head.clone()).unwrap();
+            p.relay.finish(key).unwrap();
+        }
+        let mut seen = 0;
+        for _ in 0..MAX_TURNS {
+            p.transfer();
+            while let Some(ev) = p.worker.poll_event() {
+                seen += usize::from(matches!(ev, WorkerEvent::Request { .. }));
+            }
+            if seen == open {
+                return p;
+            }
+        }
+        panic!("the idle requests did not arrive");
+    }
+
+    fn with(mut relay: RelayConnection, mut worker: WorkerConnection) -> Pair {
         let now = Instant::now();
-        let mut relay = RelayConnection::default();
-        let mut worker = WorkerConnection::default();
         relay.handle_timeout(now);
         worker.handle_timeout(now);
         Pair {
@@ -237,10 +271,9 @@ fn response_body(body: &Bytes) -> u64 {
 
 const HEALTH_BODY: &[u8] = br#"{"status":"ok"}"#;
 
-/// `n` small requests, at most `in_flight` at once; returns the bytes both sides emitted.
-fn small_requests(n: usize, in_flight: usize) -> u64 {
-    let mut p = Pair::new();
-    let head = RequestHead::new(
+/// `GET /health` with three headers.
+fn health_head() -> RequestHead {
+    RequestHead::new(
         "GET",
         "/health",
         "",
@@ -251,7 +284,49 @@ fn small_requests(n: usize, in_flight: usize) -> u64 {
         ])
         .unwrap(),
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// A Strata `POST /v1/execute` head: the ten headers of `codec`'s
+/// `request_10_headers`.
+fn execute_head() -> RequestHead {
+    RequestHead::new(
+        "POST",
+        "/v1/execute",
+        "",
+        Headers::try_from_pairs([
+            ("host", "worker.internal:8765"),
+            ("authorization", "Bearer 3f9c1e7a52b84d06a1c2e9f07b6d4a18"),
+            (
+                "content-type",
+                "multipart/form-data; boundary=----strata7MA4YWxkTrZu0gW",
+            ),
+            ("content-length", "0"),
+            ("user-agent", "strata-notebook/0.9.4 python-httpx/0.27.0"),
+            ("accept", "application/json"),
+            ("accept-encoding", "gzip, deflate"),
+            ("x-request-id", "0f8fad5b-d9cb-469f-a165-70867728950e"),
+            (
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+            ("x-strata-executor-protocol", "1"),
+        ])
+        .unwrap(),
+    )
+    .unwrap()
+}
+
+/// `n` small requests, at most `in_flight` at once; returns the bytes both sides emitted.
+fn small_requests(n: usize, in_flight: usize) -> u64 {
+    let mut p = Pair::new();
+    small_requests_on(&mut p, &health_head(), n, in_flight);
+    p.wire_bytes()
+}
+
+/// `n` requests of `head` on `p`, each answered 200 with a 15-byte body
+/// and read to the end, at most `in_flight` at once.
+fn small_requests_on(p: &mut Pair, head: &RequestHead, n: usize, in_flight: usize) {
     let resp = ok_head(&[
         ("content-type", "application/json"),
         ("content-length", "15"),
@@ -283,7 +358,7 @@ fn small_requests(n: usize, in_flight: usize) -> u64 {
             }
         }
         if completed == n {
-            return p.wire_bytes();
+            return;
         }
     }
     panic!("small requests did not complete");
@@ -359,9 +434,32 @@ fn small(c: &mut Criterion) {
             black_box(&mut *dst);
         })
     });
+    g.bench_function(BenchmarkId::new("requests_10_headers", N), |b| {
+        let head = execute_head();
+        b.iter(|| small_requests_on(&mut Pair::new(), &head, N, 64))
+    });
     g.finish();
     eprintln!("proto_small: {N} requests put {wire} bytes on the wire (both directions)");
 }
 
-criterion_group!(benches, bulk, small);
+/// The cost of a request with 1 or 10,000 other streams open.
+fn open_streams(c: &mut Criterion) {
+    const N: usize = 1000;
+    let mut g = c.benchmark_group("proto_open_streams");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(N as u64));
+    let head = execute_head();
+    for open in [1usize, 10_000] {
+        let mut p = Pair::with_open(open);
+        g.bench_function(BenchmarkId::from_parameter(open), |b| {
+            b.iter(|| small_requests_on(&mut p, &head, N, 64))
+        });
+        assert_eq!(p.relay.open_streams(), open, "the idle streams stayed open");
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bulk, small, open_streams);
 criterion_main!(benches);

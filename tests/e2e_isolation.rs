@@ -175,7 +175,10 @@ fn a_slow_and_a_stalled_caller_cost_only_themselves() {
             files_seen.1 >> 20
         );
         assert!(times.len() >= 250, "{} health checks", times.len());
-        assert!(p99 <= Duration::from_millis(100), "health p99 {p99:?}");
+        // Not a performance figure (BENCHMARKS.md has those): a health check
+        // queued behind the slow downloads would take seconds, up to their
+        // 60 s; 1 s leaves room for a loaded CI machine (145 ms seen).
+        assert!(p99 <= Duration::from_secs(1), "health p99 {p99:?}");
         assert!(files_seen.0 >= 1, "the slow responses went to the overflow");
         assert!(files_seen.1 <= 2 * N, "overflow bounded: {}", files_seen.1);
 
