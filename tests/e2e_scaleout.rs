@@ -318,6 +318,10 @@ async fn three_relays_behind_nginx() {
     let tokens = connect_tokens(WORKERS);
     let file = scratch.0.join("tokens.txt");
     std::fs::write(&file, tokens_text(&tokens)).unwrap();
+    // The directory is readable by nginx's workers (user nobody); the
+    // tokens are for the relays (this user) only.
+    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(&file, owner_only).unwrap();
     let mut relays: Vec<Proc> = Vec::new();
     let mut addrs = Vec::new();
     for _ in 0..3 {
