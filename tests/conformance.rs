@@ -1,0 +1,492 @@
+//! Issue 18: the conformance kit (examples/conformance) run in both modes
+//! against the crate's own relay (the gateway on hyper, in process) and
+//! worker (the example worker's app on `Tunnel`, in process), where every
+//! case must pass; and against deliberately broken peers, each of which
+//! must be caught by exactly the case written for its flaw.
+//!
+//! Only 127.0.0.1. The keepalive cases take ~20–40 s each: they are
+//! `#[ignore]`d here (`cargo test --test conformance -- --ignored`).
+
+#[path = "../examples/conformance/cli.rs"]
+#[allow(dead_code)] // the kit's own main uses the rest
+mod cli;
+#[path = "conformance/fakes.rs"]
+mod fakes;
+#[path = "../examples/conformance/http.rs"]
+mod http;
+#[path = "../examples/conformance/kit.rs"]
+#[allow(dead_code)]
+mod kit;
+#[path = "../examples/conformance/relay_cases_conn.rs"]
+mod relay_cases_conn;
+#[path = "../examples/conformance/relay_cases_http.rs"]
+mod relay_cases_http;
+#[path = "../examples/conformance/relay_ctx.rs"]
+mod relay_ctx;
+#[path = "../examples/conformance/report.rs"]
+mod report;
+#[path = "../examples/conformance/runner.rs"]
+#[allow(dead_code)]
+mod runner;
+#[path = "../examples/common/worker_app.rs"]
+mod worker_app;
+#[path = "../examples/conformance/worker_cases_conn.rs"]
+mod worker_cases_conn;
+#[path = "../examples/conformance/worker_cases_streams.rs"]
+mod worker_cases_streams;
+#[path = "../examples/conformance/worker_ctx.rs"]
+mod worker_ctx;
+
+use cli::{App, Config, Mode, RelayTarget, WorkerTarget};
+use report::{CaseResult, Outcome};
+use runner::Selection;
+use std::time::Duration;
+use worker_relay::connect::{Token, TokenTable};
+use worker_relay::gateway::Gateway;
+use worker_relay::server::{serve, ServerConfig};
+
+pub const TOKEN: &str = "ct-conformance-0123456789abcdef";
+pub const WORKER_TOKEN: &str = "wt-conformance-fedcba9876543210";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn relay_config(authority: String, pattern: Option<&str>) -> Config {
+    Config {
+        mode: Mode::Relay(RelayTarget {
+            authority,
+            worker_id: "abc".into(),
+            connect_path: "/connect".into(),
+            prefix: "/w/".into(),
+            token: TOKEN.into(),
+        }),
+        selection: Selection {
+            pattern: pattern.map(String::from),
+            long: false,
+        },
+        list: false,
+        json: None,
+    }
+}
+
+fn worker_config(port: u16, app: App, pattern: Option<&str>) -> Config {
+    Config {
+        mode: Mode::Worker(WorkerTarget {
+            listen: format!("127.0.0.1:{port}"),
+            token: Some(TOKEN.into()),
+            token_env: "STRATA_WORKER_CONNECT_TOKEN".into(),
+            worker_token: Some(WORKER_TOKEN.into()),
+            app,
+            wait: Duration::from_secs(30),
+            final_wait: Duration::from_secs(3),
+        }),
+        selection: Selection {
+            pattern: pattern.map(String::from),
+            long: false,
+        },
+        list: false,
+        json: None,
+    }
+}
+
+async fn run(cfg: &Config) -> Vec<CaseResult> {
+    kit::run(cfg, false)
+        .await
+        .expect("the kit reached its peer")
+        .results
+}
+
+fn lines(results: &[CaseResult]) -> String {
+    results
+        .iter()
+        .map(|r| r.line())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn outcome<'a>(results: &'a [CaseResult], id: &str) -> &'a Outcome {
+    &results
+        .iter()
+        .find(|r| r.id == id)
+        .unwrap_or_else(|| panic!("no case {id}:\n{}", lines(results)))
+        .outcome
+}
+
+fn assert_fails(results: &[CaseResult], id: &str) {
+    assert!(
+        matches!(outcome(results, id), Outcome::Fail(_)),
+        "{id} should FAIL:\n{}",
+        lines(results)
+    );
+}
+
+fn assert_passes(results: &[CaseResult], id: &str) {
+    assert!(
+        matches!(outcome(results, id), Outcome::Pass(_)),
+        "{id} should PASS:\n{}",
+        lines(results)
+    );
+}
+
+/// The crate's relay: the gateway behind `server::serve`, with `rewrite`
+/// applied to each request first (the identity for the real relay).
+async fn gateway(
+    rewrite: fn(hyper::Request<hyper::body::Incoming>) -> hyper::Request<hyper::body::Incoming>,
+) -> String {
+    use tower::ServiceExt;
+    let g = Gateway::new(TokenTable::parse(&format!("abc {TOKEN}\n")).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(serve(
+        listener,
+        g.service().map_request(rewrite),
+        ServerConfig::default(),
+    ));
+    addr
+}
+
+/// The example worker's app (examples/common/worker_app.rs) dialling `port`.
+fn example_worker(port: u16, connect_token: Option<&str>) -> tokio::task::JoinHandle<i32> {
+    let opts = worker_app::WorkerOptions {
+        connect_url: format!("ws://127.0.0.1:{port}/connect"),
+        connect_token: connect_token.map(|t| Token::new(t).unwrap()),
+        worker_token: Some(Token::new(WORKER_TOKEN).unwrap()),
+        name: "conformance".into(),
+    };
+    tokio::spawn(worker_app::run(opts))
+}
+
+// ---------------------------------------------------------------------------
+// The crate's own relay and worker: everything passes.
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_mode_every_case_passes_against_the_crates_relay() {
+    let addr = gateway(|r| r).await;
+    let results = run(&relay_config(addr, None)).await;
+    assert_eq!(results.len(), kit::relay_cases().len());
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r.outcome, Outcome::Pass(_))),
+        "every relay case should pass:\n{}",
+        lines(&results)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_mode_every_case_passes_against_the_crates_worker() {
+    let port = free_port();
+    let worker = example_worker(port, Some(TOKEN));
+    let results = run(&worker_config(port, App::Example, None)).await;
+    let s = report::summarize(&results);
+    // Skipped: the two keepalive cases (long) and the second terminal case.
+    assert_eq!((s.failed, s.skipped), (0, 3), "{}", lines(&results));
+    assert_eq!(
+        s.passed,
+        kit::worker_cases().len() - 3,
+        "{}",
+        lines(&results)
+    );
+    // The final refusal made the worker give up: run() returned 1.
+    let code = tokio::time::timeout(Duration::from_secs(5), worker).await;
+    assert!(
+        matches!(code, Ok(Ok(1))),
+        "the worker should exit with 1 after the 401: {code:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_mode_subprotocol_required_passes_against_the_crates_worker() {
+    let port = free_port();
+    let worker = example_worker(port, Some(TOKEN));
+    let results = run(&worker_config(
+        port,
+        App::Example,
+        Some("worker.handshake.subprotocol-required"),
+    ))
+    .await;
+    assert_eq!(results.len(), 1);
+    assert_passes(&results, "worker.handshake.subprotocol-required");
+    worker.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: ~65 s of keepalive (cargo test --test conformance -- --ignored)"]
+async fn worker_mode_keepalive_cases_pass_against_the_crates_worker() {
+    let port = free_port();
+    let worker = example_worker(port, Some(TOKEN));
+    let mut cfg = worker_config(port, App::Example, Some("worker.keepalive"));
+    cfg.selection.long = true;
+    let results = run(&cfg).await;
+    assert_eq!(results.len(), 2);
+    assert_passes(&results, "worker.keepalive.ping");
+    assert_passes(&results, "worker.keepalive.no-pong");
+    worker.abort();
+}
+
+// ---------------------------------------------------------------------------
+// Mutations: a broken relay is caught by the case meant for its flaw.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_relay_that_selects_no_subprotocol_fails_the_subprotocol_case() {
+    let addr = fakes::handshake_only_relay(fakes::RelayFlaws {
+        select_protocol: false,
+        check_token: true,
+    })
+    .await;
+    let results = run(&relay_config(addr, Some("relay.handshake.*"))).await;
+    assert_fails(&results, "relay.handshake.subprotocol");
+    assert_passes(&results, "relay.handshake.bad-token");
+}
+
+#[tokio::test]
+async fn a_relay_that_accepts_any_token_fails_the_token_cases() {
+    let addr = fakes::handshake_only_relay(fakes::RelayFlaws {
+        select_protocol: true,
+        check_token: false,
+    })
+    .await;
+    let results = run(&relay_config(addr, Some("relay.handshake.*"))).await;
+    assert_passes(&results, "relay.handshake.subprotocol");
+    assert_fails(&results, "relay.handshake.bad-token");
+    assert_fails(&results, "relay.handshake.missing-token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_keeps_the_prefix_fails_the_prefix_case() {
+    // /w/abc/rest reaches the gateway as /w/abc/w/abc/rest: the worker sees /w/abc/rest.
+    let addr = gateway(|mut r| {
+        let t = r
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default();
+        if let Some(rest) = t.strip_prefix("/w/abc") {
+            *r.uri_mut() = format!("/w/abc/w/abc{rest}").parse().unwrap();
+        }
+        r
+    })
+    .await;
+    let results = run(&relay_config(
+        addr.clone(),
+        Some("relay.url.prefix-stripped"),
+    ))
+    .await;
+    assert_fails(&results, "relay.url.prefix-stripped");
+    // Nothing else is broken: the connection's cases pass.
+    let results = run(&relay_config(addr, Some("relay.*.*-token"))).await;
+    assert_passes(&results, "relay.handshake.bad-token");
+    assert_passes(&results, "relay.handshake.missing-token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_with_flawed_forwarding_is_caught_case_by_case() {
+    use fakes::ForwardFlaw::*;
+    for (flaw, case) in [
+        (KeepHopByHop, "relay.headers.hop-by-hop"),
+        (ForwardDotSegments, "relay.url.no-escape"),
+        (NoAbortOnHangup, "relay.abort.caller-disconnect"),
+        (WholeBodyOneChunk, "relay.framing.content-length"),
+        (CompleteAfterAbort, "relay.abort.worker-after-response"),
+    ] {
+        let addr = fakes::forwarding_relay(flaw).await;
+        let results = run(&relay_config(addr.clone(), Some(case))).await;
+        assert_fails(&results, case);
+        // The same fake without the flaw passes that case.
+        let addr = fakes::forwarding_relay(fakes::ForwardFlaw::None).await;
+        let results = run(&relay_config(addr, Some(case))).await;
+        assert_passes(&results, case);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Mutations: a broken worker is caught by the case meant for its flaw.
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_the_token_header_fails_the_token_case() {
+    let port = free_port();
+    let worker = example_worker(port, None);
+    let results = run(&worker_config(port, App::Example, Some("worker.handshake"))).await;
+    assert_fails(&results, "worker.handshake.token");
+    assert_passes(&results, "worker.handshake.subprotocol");
+    worker.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_jitter_fails_the_backoff_case() {
+    use worker_relay::tunnel::Tunnel;
+    let port = free_port();
+    let app = axum::Router::new().route("/health", axum::routing::get(|| async { "ok" }));
+    let tunnel = Tunnel::new(
+        format!("ws://127.0.0.1:{port}/connect"),
+        Some(Token::new(TOKEN).unwrap()),
+    )
+    .jitter(|| 0.0);
+    let worker = tokio::spawn(tunnel.run(app));
+    let results = run(&worker_config(
+        port,
+        App::HealthOnly,
+        Some("worker.backoff.jitter"),
+    ))
+    .await;
+    assert_fails(&results, "worker.backoff.jitter");
+    worker.abort();
+}
+
+async fn fake_worker_fails(flaws: fakes::WorkerFlaws, case: &str) {
+    let port = free_port();
+    let worker = tokio::spawn(fakes::worker(
+        format!("ws://127.0.0.1:{port}/connect"),
+        flaws,
+    ));
+    let results = run(&worker_config(port, App::Example, Some(case))).await;
+    assert_fails(&results, case);
+    worker.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_buffers_fails_the_16_chunk_case() {
+    fake_worker_fails(fakes::WorkerFlaws::default(), "worker.flow.16-chunk-bound").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_a_message_limit_fails_the_1009_case() {
+    fake_worker_fails(fakes::WorkerFlaws::default(), "worker.oversize.1009").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_redials_after_401_fails_the_final_refusal_case() {
+    let flaws = fakes::WorkerFlaws {
+        redial_after_final: true,
+        ..Default::default()
+    };
+    fake_worker_fails(flaws, "worker.refusal.final").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_closes_on_malformed_frames_fails_the_malformed_case() {
+    let flaws = fakes::WorkerFlaws {
+        close_on_malformed: true,
+        ..Default::default()
+    };
+    fake_worker_fails(flaws, "worker.ignore.malformed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_answers_after_abort_fails_the_abort_case() {
+    let flaws = fakes::WorkerFlaws {
+        answer_after_abort: true,
+        ..Default::default()
+    };
+    fake_worker_fails(flaws, "worker.abort.request").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fake_worker_passes_the_cases_it_is_not_broken_for() {
+    // The control for the fakes: its flaws are only the ones named.
+    let port = free_port();
+    let worker = tokio::spawn(fakes::worker(
+        format!("ws://127.0.0.1:{port}/connect"),
+        fakes::WorkerFlaws::default(),
+    ));
+    let cfg = worker_config(port, App::HealthOnly, Some("worker.i"));
+    let results = run(&cfg).await;
+    for id in [
+        "worker.id.max",
+        "worker.id.reuse",
+        "worker.ignore.malformed",
+        "worker.ignore.unknown",
+    ] {
+        assert_passes(&results, id);
+    }
+    worker.abort();
+}
+
+// ---------------------------------------------------------------------------
+// The command line and the report.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn tokens_come_from_the_environment_never_the_command_line() {
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let e = cli::parse(&args(&[
+        "relay",
+        "--url",
+        "http://127.0.0.1:1",
+        "--token",
+        "secret",
+    ]))
+    .unwrap_err();
+    assert!(e.contains("--token-env"), "{e}");
+    // An unset variable is an error in relay mode (the kit cannot dial without it).
+    let e = cli::parse(&args(&[
+        "relay",
+        "--token-env",
+        "CONFORMANCE_TEST_UNSET_VARIABLE",
+    ]))
+    .unwrap_err();
+    assert!(e.contains("CONFORMANCE_TEST_UNSET_VARIABLE"), "{e}");
+    let c = cli::parse(&args(&[
+        "worker",
+        "--listen",
+        "127.0.0.1:0",
+        "--app",
+        "strata",
+        "--case",
+        "worker.id",
+        "--long",
+    ]))
+    .unwrap();
+    assert!(matches!(c.mode, Mode::Worker(ref w) if w.app == App::Strata));
+    assert!(c.selection.long);
+    assert!(cli::parse(&args(&["worker", "--app", "other"])).is_err());
+}
+
+#[test]
+fn list_and_json_name_every_case_with_its_section() {
+    let sel = Selection {
+        pattern: Some("worker.keepalive".into()),
+        long: false,
+    };
+    let listed = runner::list(&kit::worker_cases(), &sel);
+    assert_eq!(listed.len(), 2);
+    assert!(
+        listed
+            .iter()
+            .all(|l| l.contains("§Connecting") && l.contains("[long]")),
+        "{listed:?}"
+    );
+    let results = vec![
+        CaseResult {
+            id: "a.b",
+            section: "§Frames",
+            outcome: Outcome::Pass("1 ms".into()),
+            took: Duration::from_millis(1),
+        },
+        CaseResult {
+            id: "a.c",
+            section: "§Frames",
+            outcome: Outcome::Fail("no".into()),
+            took: Duration::ZERO,
+        },
+    ];
+    let v = report::json("worker", "t", &results);
+    assert_eq!(
+        (v["passed"].as_u64(), v["failed"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(v["cases"][1]["result"], "FAIL");
+    assert_eq!(results[0].line(), "PASS a.b §Frames 1 ms");
+    assert_eq!(
+        report::summarize(&results).line(),
+        "1 passed, 1 failed (0 skipped, 0 info)"
+    );
+}

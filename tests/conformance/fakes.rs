@@ -1,0 +1,460 @@
+//! Deliberately broken peers for the conformance kit's mutation tests:
+//! small relays and a worker written straight on tokio-tungstenite and raw
+//! TCP, each with knobs that break one rule of the protocol.
+
+use crate::TOKEN;
+use futures_util::{SinkExt, StreamExt};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Mutex};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message as WsMsg};
+use tokio_tungstenite::WebSocketStream;
+use worker_relay::frame::{
+    self, is_hop_by_hop_name, ControlFrame, Decoded, Headers, RequestHead, ResponseHead, StreamId,
+    SUBPROTOCOL,
+};
+
+/// Reads an HTTP head: (method, target, headers), and what came after it.
+async fn read_head(s: &mut TcpStream) -> Option<(String, String, Vec<(String, String)>, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 8192];
+    let end = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at;
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut tmp))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 || buf.len() > 1 << 20 {
+            return None;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    };
+    let text = String::from_utf8_lossy(&buf[..end]).into_owned();
+    let mut lines = text.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    let (method, target) = (first.next()?.to_string(), first.next()?.to_string());
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Some((method, target, headers, buf[end + 4..].to_vec()))
+}
+
+fn get<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    h.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+fn switching(key: &str, protocol: bool) -> String {
+    let p = if protocol {
+        format!("sec-websocket-protocol: {SUBPROTOCOL}\r\n")
+    } else {
+        String::new()
+    };
+    format!("HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n{p}\r\n", derive_accept_key(key.as_bytes()))
+}
+
+async fn status(s: &mut TcpStream, code: u16) {
+    let _ = s
+        .write_all(
+            format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await;
+}
+
+/// Checks a dial's token; answers 401 itself when it is wrong.
+async fn token_ok(s: &mut TcpStream, h: &[(String, String)], check: bool) -> bool {
+    if !check || get(h, "authorization") == Some(&format!("Bearer {TOKEN}")) {
+        return true;
+    }
+    status(s, 401).await;
+    false
+}
+
+#[derive(Clone, Copy)]
+pub struct RelayFlaws {
+    pub select_protocol: bool,
+    pub check_token: bool,
+}
+
+/// A relay that only does the handshake (and then reads, answering pings).
+pub async fn handshake_only_relay(flaws: RelayFlaws) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let Some((_, _, h, _)) = read_head(&mut s).await else {
+                    return;
+                };
+                let Some(key) = get(&h, "sec-websocket-key").map(str::to_string) else {
+                    return status(&mut s, 400).await;
+                };
+                if !token_ok(&mut s, &h, flaws.check_token).await {
+                    return;
+                }
+                let _ = s
+                    .write_all(switching(&key, flaws.select_protocol).as_bytes())
+                    .await;
+                let mut ws = WebSocketStream::from_raw_socket(s, Role::Server, None).await;
+                while let Ok(Some(Ok(_))) =
+                    tokio::time::timeout(Duration::from_secs(60), ws.next()).await
+                {}
+            });
+        }
+    });
+    addr
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ForwardFlaw {
+    None,
+    /// Forwards Connection, Keep-Alive, TE, Proxy-* …
+    KeepHopByHop,
+    /// Forwards `/w/abc/../x` as path `/../x`.
+    ForwardDotSegments,
+    /// Says nothing to the worker when the caller hangs up.
+    NoAbortOnHangup,
+    /// Sends a whole request body as one chunk, however large.
+    WholeBodyOneChunk,
+    /// Completes the caller's response when the worker aborts it.
+    CompleteAfterAbort,
+}
+
+struct Link {
+    to_worker: mpsc::UnboundedSender<WsMsg>,
+    from_worker: Mutex<mpsc::UnboundedReceiver<Decoded>>,
+}
+
+/// A minimal forwarding relay for worker `abc` (one stream at a time),
+/// broken by `flaw`.
+pub async fn forwarding_relay(flaw: ForwardFlaw) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let link: Arc<std::sync::Mutex<Option<Arc<Link>>>> = Arc::default();
+    tokio::spawn(async move {
+        let next_id = Arc::new(std::sync::atomic::AtomicU32::new(1));
+        while let Ok((mut s, _)) = l.accept().await {
+            let (link, next_id) = (link.clone(), next_id.clone());
+            tokio::spawn(async move {
+                let Some((method, target, h, rest)) = read_head(&mut s).await else {
+                    return;
+                };
+                if target == "/connect" {
+                    let Some(key) = get(&h, "sec-websocket-key").map(str::to_string) else {
+                        return status(&mut s, 400).await;
+                    };
+                    if token_ok(&mut s, &h, true).await {
+                        let _ = s.write_all(switching(&key, true).as_bytes()).await;
+                        let ws = WebSocketStream::from_raw_socket(s, Role::Server, None).await;
+                        *link.lock().unwrap() = Some(attach(ws));
+                    }
+                    return;
+                }
+                let current = link.lock().unwrap().clone();
+                let Some(current) = current else {
+                    return status(&mut s, 503).await;
+                };
+                let id = StreamId::new(next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                    .unwrap();
+                forward(&mut s, &current, id, flaw, &method, &target, h, rest).await;
+            });
+        }
+    });
+    addr
+}
+
+/// Owns the worker's socket: messages to it, decoded frames from it.
+fn attach(ws: WebSocketStream<TcpStream>) -> Arc<Link> {
+    let (to_worker, mut outbox) = mpsc::unbounded_channel::<WsMsg>();
+    let (inbox, from_worker) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let (mut sink, mut stream) = ws.split();
+        loop {
+            tokio::select! {
+                m = outbox.recv() => match m {
+                    Some(m) => if sink.send(m).await.is_err() { return },
+                    None => return,
+                },
+                m = stream.next() => match m {
+                    Some(Ok(WsMsg::Text(t))) => { if let Ok(d) = frame::decode_text(t.as_str()) { let _ = inbox.send(d); } }
+                    Some(Ok(WsMsg::Binary(b))) => { if let Ok(d) = frame::decode_binary(b) { let _ = inbox.send(d); } }
+                    Some(Ok(WsMsg::Ping(p))) => { let _ = sink.send(WsMsg::Pong(p)).await; }
+                    Some(Ok(_)) => {}
+                    _ => return,
+                },
+            }
+        }
+    });
+    Arc::new(Link {
+        to_worker,
+        from_worker: Mutex::new(from_worker),
+    })
+}
+
+fn dot_segment(path: &str) -> bool {
+    path.split('/').any(|s| {
+        let s = s.to_ascii_lowercase().replace("%2e", ".");
+        s == "." || s == ".."
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    s: &mut TcpStream,
+    link: &Link,
+    id: StreamId,
+    flaw: ForwardFlaw,
+    method: &str,
+    target: &str,
+    h: Vec<(String, String)>,
+    mut body: Vec<u8>,
+) {
+    let Some(rest) = target.strip_prefix("/w/abc").filter(|r| r.starts_with('/')) else {
+        return status(s, 404).await;
+    };
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if dot_segment(path) && flaw != ForwardFlaw::ForwardDotSegments {
+        return status(s, 400).await;
+    }
+    let len: usize = get(&h, "content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    while body.len() < len {
+        let mut tmp = vec![0u8; 1 << 20];
+        match s.read(&mut tmp).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => body.extend_from_slice(&tmp[..n]),
+        }
+    }
+    let headers = Headers::try_from_pairs(
+        h.into_iter()
+            .filter(|(n, _)| flaw == ForwardFlaw::KeepHopByHop || !is_hop_by_hop_name(n)),
+    )
+    .unwrap();
+    let head = RequestHead::new(method, path, query, headers).unwrap();
+    let mut inbox = link.from_worker.lock().await;
+    let _ = link.to_worker.send(WsMsg::Text(
+        ControlFrame::Request { id, head }.encode().into(),
+    ));
+    let max = if flaw == ForwardFlaw::WholeBodyOneChunk {
+        usize::MAX
+    } else {
+        frame::MAX_CHUNK_BODY
+    };
+    for piece in body.chunks(max.min(body.len().max(1))) {
+        let _ = link
+            .to_worker
+            .send(WsMsg::Binary(frame::encode_chunk(id, piece)));
+    }
+    let _ = link
+        .to_worker
+        .send(WsMsg::Text(ControlFrame::End { id }.encode().into()));
+    let mut started = false;
+    let mut probe = [0u8; 1];
+    loop {
+        let d = tokio::select! {
+            d = inbox.recv() => match d { Some(d) => d, None => return },
+            r = s.read(&mut probe), if !started => {
+                if matches!(r, Ok(0) | Err(_)) {
+                    if flaw != ForwardFlaw::NoAbortOnHangup {
+                        let _ = link.to_worker.send(WsMsg::Text(ControlFrame::Abort { id }.encode().into()));
+                    }
+                    return;
+                }
+                continue;
+            }
+        };
+        match d {
+            Decoded::Control(ControlFrame::Response { id: i, head }) if i == id => {
+                started = true;
+                let mut out = format!(
+                    "HTTP/1.1 {} X\r\ntransfer-encoding: chunked\r\n",
+                    head.status()
+                );
+                for (n, v) in head.headers().iter().filter(|(n, _)| {
+                    !n.eq_ignore_ascii_case("content-length") && !is_hop_by_hop_name(n)
+                }) {
+                    out.push_str(&format!("{n}: {v}\r\n"));
+                }
+                out.push_str("\r\n");
+                let _ = s.write_all(out.as_bytes()).await;
+            }
+            Decoded::Chunk(c) if c.id == id && !c.data.is_empty() => {
+                let _ = s
+                    .write_all(format!("{:x}\r\n", c.data.len()).as_bytes())
+                    .await;
+                let _ = s.write_all(&c.data).await;
+                let _ = s.write_all(b"\r\n").await;
+            }
+            Decoded::Control(ControlFrame::End { id: i }) if i == id => {
+                let _ = s.write_all(b"0\r\n\r\n").await;
+                return;
+            }
+            Decoded::Control(ControlFrame::Abort { id: i }) if i == id => {
+                if !started {
+                    return status(s, 502).await;
+                }
+                if flaw == ForwardFlaw::CompleteAfterAbort {
+                    let _ = s.write_all(b"0\r\n\r\n").await;
+                }
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+pub struct WorkerFlaws {
+    /// Dials again after a 401.
+    pub redial_after_final: bool,
+    /// Closes the connection on a message it cannot decode.
+    pub close_on_malformed: bool,
+    /// Answers a stream the relay aborted.
+    pub answer_after_abort: bool,
+}
+
+/// A worker that reads everything into memory (no 16-chunk bound), has no
+/// message size limit, and answers /health, /sleep?ms=, and anything else
+/// with 404 once its request has ended; broken further by `flaws`.
+pub async fn worker(url: String, flaws: WorkerFlaws) {
+    let mut delay = 1.0f64;
+    for _ in 0..100 {
+        let mut req = url.as_str().into_client_request().unwrap();
+        req.headers_mut()
+            .insert("sec-websocket-protocol", SUBPROTOCOL.parse().unwrap());
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        let config = WebSocketConfig::default()
+            .max_message_size(None)
+            .max_frame_size(None);
+        match tokio_tungstenite::connect_async_with_config(req, Some(config), true).await {
+            Ok((ws, _)) => {
+                delay = 1.0;
+                serve(ws, flaws).await;
+            }
+            Err(tungstenite::Error::Http(r)) if r.status() == 401 && !flaws.redial_after_final => {
+                return
+            }
+            Err(_) => {}
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let jitter = (nanos % 1000) as f64 / 1000.0;
+        tokio::time::sleep(Duration::from_secs_f64(delay * (0.5 + 0.5 * jitter))).await;
+        delay = (delay * 2.0).min(60.0);
+    }
+}
+
+async fn serve<S>(ws: WebSocketStream<S>, flaws: WorkerFlaws)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut sink, mut stream) = ws.split();
+    let (due_tx, mut due) = mpsc::unbounded_channel::<StreamId>();
+    let mut targets: HashMap<u32, String> = HashMap::new();
+    let mut bodies: HashMap<u32, Vec<u8>> = HashMap::new();
+    let mut aborted: HashSet<u32> = HashSet::new();
+    loop {
+        let m = tokio::select! {
+            m = stream.next() => match m { Some(Ok(m)) => m, _ => return },
+            Some(id) = due.recv() => {
+                if aborted.contains(&id.get()) && !flaws.answer_after_abort {
+                    continue;
+                }
+                for m in answer(id, 200, b"slept").1 {
+                    if sink.send(m).await.is_err() { return; }
+                }
+                continue;
+            }
+        };
+        let decoded = match m {
+            WsMsg::Text(t) => frame::decode_text(t.as_str()),
+            WsMsg::Binary(b) => frame::decode_binary(b),
+            WsMsg::Close(_) => return,
+            _ => continue,
+        };
+        let d = match decoded {
+            Ok(d) => d,
+            Err(_) if flaws.close_on_malformed => {
+                let _ = sink
+                    .send(WsMsg::Close(Some(CloseFrame {
+                        code: CloseCode::Protocol,
+                        reason: "malformed".into(),
+                    })))
+                    .await;
+                return;
+            }
+            Err(_) => continue,
+        };
+        let reply = match d {
+            Decoded::Control(ControlFrame::Request { id, head }) => {
+                targets.insert(id.get(), head.target());
+                aborted.remove(&id.get());
+                continue;
+            }
+            Decoded::Chunk(c) => {
+                bodies
+                    .entry(c.id.get())
+                    .or_default()
+                    .extend_from_slice(&c.data);
+                continue;
+            }
+            Decoded::Control(ControlFrame::Abort { id }) => {
+                bodies.remove(&id.get());
+                aborted.insert(id.get());
+                continue;
+            }
+            Decoded::Control(ControlFrame::End { id }) => match targets.remove(&id.get()) {
+                Some(t) if t.starts_with("/sleep") => {
+                    let ms: u64 = t
+                        .split("ms=")
+                        .nth(1)
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    let tx = due_tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        let _ = tx.send(id);
+                    });
+                    continue;
+                }
+                Some(t) if t == "/health" => answer(id, 200, br#"{"status":"ok"}"#),
+                Some(_) => answer(id, 404, b"not found"),
+                None => continue,
+            },
+            _ => continue,
+        };
+        bodies.remove(&reply.0.get());
+        for m in reply.1 {
+            if sink.send(m).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn answer(id: StreamId, status: u16, body: &'static [u8]) -> (StreamId, Vec<WsMsg>) {
+    let headers = Headers::try_from_pairs([("content-length", body.len().to_string())]).unwrap();
+    let head = ResponseHead::new(status, headers).unwrap();
+    (
+        id,
+        vec![
+            WsMsg::Text(ControlFrame::Response { id, head }.encode().into()),
+            WsMsg::Binary(frame::encode_chunk(id, body)),
+            WsMsg::Text(ControlFrame::End { id }.encode().into()),
+        ],
+    )
+}
