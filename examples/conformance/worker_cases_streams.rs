@@ -58,6 +58,11 @@ macro_rules! tryf {
     };
 }
 
+/// A status as a figure: `200`, or `no response`.
+fn st(s: Option<u16>) -> String {
+    s.map_or("no response".into(), |s| s.to_string())
+}
+
 fn ended(a: &crate::worker_ctx::Answered) -> &'static str {
     match (a.ended, a.aborted) {
         (true, _) => "end",
@@ -136,8 +141,8 @@ async fn health(ctx: &mut WorkerCtx) -> Outcome {
     judge(
         health_ok(&a),
         format!(
-            "{:?}, {} body bytes, {} in {} ms{hint}",
-            a.status,
+            "{}, {} body bytes, {} in {} ms{hint}",
+            st(a.status),
             a.body.len(),
             ended(&a),
             took.as_millis()
@@ -149,7 +154,7 @@ async fn id_max(ctx: &mut WorkerCtx) -> Outcome {
     let (id, a, _) = tryf!(ask_health(ctx, Some(StreamId::MAX)).await);
     judge(
         health_ok(&a),
-        format!("id {id}: {:?}, {}", a.status, ended(&a)),
+        format!("id {id}: {}, {}", st(a.status), ended(&a)),
     )
 }
 
@@ -160,10 +165,10 @@ async fn id_reuse(ctx: &mut WorkerCtx) -> Outcome {
     judge(
         health_ok(&a1) && health_ok(&a2),
         format!(
-            "id 7 twice: {:?} {}, then {:?} {}",
-            a1.status,
+            "id 7 twice: {} {}, then {} {}",
+            st(a1.status),
             ended(&a1),
-            a2.status,
+            st(a2.status),
             ended(&a2)
         ),
     )
@@ -210,8 +215,8 @@ async fn open_stream(ctx: &mut WorkerCtx) -> Outcome {
     judge(
         health_ok(&hb) && a_open,
         format!(
-            "/health {:?} in {} ms while POST {path} (16 of 1000 bytes) was {}",
-            hb.status,
+            "/health {} in {} ms while POST {path} (15 of 1000 bytes) was {}",
+            st(hb.status),
             took.as_millis(),
             if a_open { "open" } else { "already over" }
         ),
@@ -355,8 +360,8 @@ async fn fail_before(ctx: &mut WorkerCtx) -> Outcome {
     judge(
         a.status == Some(500) && a.ended && !a.body.is_empty() && a.body.len() < 4096,
         format!(
-            "{:?}, body {:?}, {}",
-            a.status,
+            "{}, body {:?}, {}",
+            st(a.status),
             String::from_utf8_lossy(&a.body[..a.body.len().min(60)]),
             ended(&a)
         ),
@@ -375,8 +380,8 @@ async fn fail_after(ctx: &mut WorkerCtx) -> Outcome {
     judge(
         a.status == Some(200) && a.aborted && !a.ended,
         format!(
-            "{:?}, {} body bytes, then {}",
-            a.status,
+            "{}, {} body bytes, then {}",
+            st(a.status),
             a.body.len(),
             ended(&a)
         ),
@@ -418,8 +423,8 @@ async fn abort_request(ctx: &mut WorkerCtx) -> Outcome {
             ),
         ),
         Some(a) => Outcome::Fail(format!(
-            "after abort the worker sent for stream {id}: status {:?}, {} bytes, {}",
-            a.status,
+            "after abort the worker sent for stream {id}: status {}, {} bytes, {}",
+            st(a.status),
             a.body.len(),
             ended(&a)
         )),
