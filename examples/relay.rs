@@ -10,12 +10,16 @@
 //! unlinked temporary files. `--max-connections N` caps open HTTP
 //! connections (default 10,000; keep it below `ulimit -n`), and
 //! `--header-timeout SECS` bounds how long a client may take to send a
-//! request head (default 10).
+//! request head (default 10). `--threads N` sets the runtime's threads
+//! (default: one per core; 1 runs everything on one thread, which on a
+//! small machine shared with the workers is the fastest: BENCHMARKS.md).
 
 #[path = "common/logging.rs"]
 mod logging;
 #[path = "common/overflow.rs"]
 mod overflow;
+#[path = "common/runtime.rs"]
+mod runtime;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -25,12 +29,12 @@ use worker_relay::gateway::{Gateway, CONNECT_PATH};
 use worker_relay::server::{serve, ServerConfig};
 
 const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
-                     [--max-connections N] [--header-timeout SECS]";
+                     [--max-connections N] [--header-timeout SECS] [--threads N]";
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     logging::init("relay");
     let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
+    let mut threads = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let number = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok());
@@ -43,12 +47,22 @@ async fn main() -> ExitCode {
             ("--header-timeout", v) if number(v.clone()).is_some() => {
                 server = server.header_read_timeout(Duration::from_secs(number(v).unwrap_or(1)))
             }
+            ("--threads", v) if number(v.clone()).is_some_and(|n| n > 0) => {
+                threads = number(v).map(|n| n as usize)
+            }
             _ => return usage(),
         }
     }
     let (Some(listen), Some(tokens)) = (listen, tokens) else {
         return usage();
     };
+    match runtime::build(threads) {
+        Ok(rt) => rt.block_on(run(listen, tokens, server)),
+        Err(e) => fail(1, format!("cannot start the runtime: {e}")),
+    }
+}
+
+async fn run(listen: String, tokens: String, server: ServerConfig) -> ExitCode {
     let table = match std::fs::read_to_string(&tokens).map(|t| TokenTable::parse(&t)) {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => return fail(2, format!("{tokens}: {e}")),

@@ -7,12 +7,18 @@
 //!     [--upstream http://127.0.0.1:8000]
 //! ```
 //!
+//! `--listen ADDR` instead of `--connect` serves the same app on ADDR
+//! directly, without a relay: the baseline the benchmarks compare with.
+//! `--threads N` sets the runtime's threads (default: one per core).
+//!
 //! Both tokens are read from the environment (never the command line) and
 //! removed from it at start, their bytes zeroed first, so a process running
 //! under the same uid cannot read them from `/proc/<pid>/environ`.
 
 #[path = "common/logging.rs"]
 mod logging;
+#[path = "common/runtime.rs"]
+mod runtime;
 #[path = "common/secrets.rs"]
 mod secrets;
 #[path = "common/tunnel_upstream.rs"]
@@ -23,24 +29,35 @@ mod worker_app;
 use std::process::ExitCode;
 use worker_relay::connect::Token;
 
-const USAGE: &str = "usage: worker --connect ws://HOST:PORT/connect [--upstream http://HOST:PORT]";
+const USAGE: &str = "usage: worker --connect ws://HOST:PORT/connect [--upstream http://HOST:PORT] [--threads N]\n       worker --listen HOST:PORT [--threads N]   (the app served directly, no relay)";
 
 fn main() -> ExitCode {
     // First thing, before any thread exists: take the secrets out of the environment.
     let connect_token = secrets::take_env("STRATA_WORKER_CONNECT_TOKEN");
     let worker_token = secrets::take_env("STRATA_WORKER_TOKEN");
 
-    let (mut url, mut upstream) = (None, None);
+    let (mut url, mut upstream, mut listen, mut threads) = (None, None, None, None);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match (a.as_str(), args.next()) {
             ("--connect", v) => url = v,
+            ("--listen", Some(v)) => match v.parse::<std::net::SocketAddr>() {
+                Ok(a) => listen = Some(a),
+                Err(_) => return usage(),
+            },
+            ("--threads", Some(v)) => match v.parse::<usize>() {
+                Ok(n) if n > 0 => threads = Some(n),
+                _ => return usage(),
+            },
             ("--upstream", Some(v)) => match tunnel_upstream::Upstream::new(&v) {
                 Some(u) => upstream = Some(u),
                 None => return usage(),
             },
             _ => return usage(),
         }
+    }
+    if let Some(addr) = listen {
+        return serve_directly(addr, worker_token, threads);
     }
     let Some(url) = url.filter(|u| u.starts_with("ws://") || u.starts_with("wss://")) else {
         return usage();
@@ -64,7 +81,7 @@ fn main() -> ExitCode {
         worker_token,
         name: "worker".into(),
     };
-    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let runtime = runtime::build(threads).expect("tokio runtime");
     let code = runtime.block_on(async {
         match upstream {
             Some(upstream) => worker_app::run_with(opts, upstream.service()).await,
@@ -72,6 +89,32 @@ fn main() -> ExitCode {
         }
     });
     ExitCode::from(code as u8)
+}
+
+/// `--listen`: the app on `addr`, no relay, until the process is killed.
+fn serve_directly(
+    addr: std::net::SocketAddr,
+    worker_token: Option<String>,
+    threads: Option<usize>,
+) -> ExitCode {
+    let Ok(worker_token) = Token::from_env_value(worker_token) else {
+        eprintln!("worker: STRATA_WORKER_TOKEN is not a valid token");
+        return ExitCode::from(2);
+    };
+    logging::init("worker");
+    let runtime = runtime::build(threads).expect("tokio runtime");
+    runtime.block_on(async {
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("cannot listen on {addr}: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        tracing::info!("serving the app directly on http://{addr} (no relay)");
+        worker_app::serve_directly(listener, worker_token).await;
+        ExitCode::SUCCESS
+    })
 }
 
 fn usage() -> ExitCode {

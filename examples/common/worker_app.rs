@@ -43,9 +43,42 @@ where
     S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
     S::Future: Send + 'static,
 {
-    let service = middleware::from_fn_with_state(opts.worker_token, authorize)
+    // The tunnel returns only on a final refusal, which it logs.
+    let _: Refused = Tunnel::new(opts.connect_url, opts.connect_token)
+        .run(guarded::<TunnelBody, _>(opts.worker_token, service))
+        .instrument(tracing::info_span!("worker", name = %opts.name))
+        .await;
+    tracing::error!("exiting with status 1");
+    1
+}
+
+/// Serves the app on `listener` directly, without a relay (the baseline
+/// the benchmarks compare the relay path with): the same routes, the same
+/// token check, the crate's hardened server.
+pub async fn serve_directly(listener: tokio::net::TcpListener, worker_token: Option<Token>) {
+    let service = guarded::<hyper::body::Incoming, _>(worker_token, app());
+    match worker_relay::server::serve(listener, service, Default::default()).await {}
+}
+
+/// `service` behind the worker token's check, for requests whose body is
+/// `B`.
+fn guarded<B, S>(
+    worker_token: Option<Token>,
+    service: S,
+) -> impl Service<http::Request<B>, Response = Response, Error = BoxError, Future: Send + 'static>
+       + Clone
+       + Send
+       + Sync
+       + 'static
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+{
+    middleware::from_fn_with_state(worker_token, authorize)
         .layer(service)
-        .map_request(|req: http::Request<TunnelBody>| req.map(Body::new))
+        .map_request(|req: http::Request<B>| req.map(Body::new))
         // A route that answers `Failed` makes the service fail: the worker
         // answers 500, as Strata's worker does when its app raises.
         .map_result(|r| match r {
@@ -54,14 +87,7 @@ where
             }
             Ok(resp) => Ok(resp),
             Err(never) => match never {},
-        });
-    // The tunnel returns only on a final refusal, which it logs.
-    let _: Refused = Tunnel::new(opts.connect_url, opts.connect_token)
-        .run(service)
-        .instrument(tracing::info_span!("worker", name = %opts.name))
-        .await;
-    tracing::error!("exiting with status 1");
-    1
+        })
 }
 
 /// The routes of the examples' contract. HEAD is served as GET without a
