@@ -119,7 +119,11 @@ fn main() {
     });
     let (keep_relay, keep_direct, new_relay, new_direct) = rt.block_on(run).unwrap();
     let fresh = new_relay.len();
-    println!("\nGET /health latency, µs (loopback, one tokio runtime with 2 workers)\n");
+    let threads = match std::env::var("BENCH_THREADS").as_deref() {
+        Ok("1") => "one thread",
+        _ => "2 worker threads",
+    };
+    println!("\nGET /health latency, µs (loopback, one tokio runtime, {threads})\n");
     println!("| connection | path | requests | p50 | p90 | p99 | mean | max |");
     println!("|---|---|---|---|---|---|---|---|");
     print(

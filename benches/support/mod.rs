@@ -303,11 +303,13 @@ pub async fn once(
         .await
 }
 
-/// A tokio runtime with as many workers as the machine has cores (2 here):
-/// relay, worker, direct server and client all share it.
+/// A tokio runtime with as many workers as the machine has cores (2 here),
+/// or with `BENCH_THREADS=1` everything on one thread: relay, worker, direct
+/// server and client all share it.
 pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
+    let mut b = match std::env::var("BENCH_THREADS").as_deref() {
+        Ok("1") => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    b.enable_all().build().unwrap()
 }

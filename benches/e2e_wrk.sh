@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Issue 17: small requests with a real load generator. wrk (1 thread, 16
+# connections) on GET /health of the worker example's app, served through
+# the relay example (/w/abc/health) and served directly by the same app
+# (`worker --listen`, the crate's hyper server), alternately, twice each,
+# with the CPU each process used during each run.
+#
+#   bash benches/e2e_wrk.sh
+#   WRK_SECONDS=10 WRK_CONNECTIONS=32 bash benches/e2e_wrk.sh
+#   THREADS=1 bash benches/e2e_wrk.sh     # relay, worker and direct app with --threads 1
+#
+# All on 127.0.0.1; tokens drawn at random, passed through a file and the
+# environment, never a command line. wrk is installed with apt-get if
+# missing (as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${WRK_SECONDS:-5}"
+conns="${WRK_CONNECTIONS:-16}"
+threads=()
+[ -z "${THREADS:-}" ] || threads=(--threads "$THREADS")
+
+if ! command -v wrk >/dev/null; then
+    [ "$(id -u)" = 0 ] || { echo "e2e_wrk.sh: wrk is missing (apt-get install wrk)" >&2; exit 1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
+fi
+cargo build --release --example relay --example worker
+bin=target/release/examples
+
+dir="$(mktemp -d /tmp/worker-relay-wrk.XXXXXX)"
+pids=()
+cleanup() {
+    exec 2>/dev/null
+    for p in "${pids[@]}"; do kill -KILL "$p" || true; done
+    wait || true
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+secret() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+wait_port() {
+    for _ in $(seq 200); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "nothing listens on $1" >&2; exit 1
+}
+# CPU seconds (user + system) a process has used so far.
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
+us() {  # wrk's "631.00us" / "1.74ms" / "1.02s" in microseconds
+    awk '{ v = $1 + 0; if ($1 ~ /us$/) m = 1; else if ($1 ~ /ms$/) m = 1000; else m = 1000000; printf "%.0f", v * m }' <<<"$1"
+}
+
+worker_token="wt-$(secret)" connect_token="ct-$(secret)"
+(umask 077; echo "abc $connect_token" > "$dir/tokens.txt")
+relay_port="$(port)" direct_port="$(port)"
+"$bin/relay" --listen "127.0.0.1:$relay_port" --tokens "$dir/tokens.txt" "${threads[@]}" 2> "$dir/relay.log" &
+relay_pid=$!; pids+=($!)
+wait_port "$relay_port"
+STRATA_WORKER_CONNECT_TOKEN="$connect_token" STRATA_WORKER_TOKEN="$worker_token" \
+    "$bin/worker" --connect "ws://127.0.0.1:$relay_port/connect" "${threads[@]}" 2> "$dir/worker.log" &
+worker_pid=$!; pids+=($!)
+STRATA_WORKER_TOKEN="$worker_token" "$bin/worker" --listen "127.0.0.1:$direct_port" "${threads[@]}" 2> "$dir/direct.log" &
+direct_pid=$!; pids+=($!)
+wait_port "$direct_port"
+for _ in $(seq 200); do grep -q "worker abc connected" "$dir/relay.log" && break; sleep 0.05; done
+grep -q "worker abc connected" "$dir/relay.log" || { cat "$dir"/*.log >&2; exit 1; }
+
+export E2E_WRK_AUTH="$worker_token"
+declare -A rate=() p50=()
+run() {  # run KEY URL PID...
+    local key="$1" url="$2"; shift 2
+    local before=() after=() out t0 t1
+    for p in "$@"; do before+=("$(cpu "$p")"); done
+    /usr/bin/time -f "%U %S" -o "$dir/wrk.time" \
+        wrk -t1 -c"$conns" -d"${seconds}s" --latency -s benches/e2e_wrk.lua "$url" > "$dir/wrk.out"
+    out="$(cat "$dir/wrk.out")"
+    for p in "$@"; do after+=("$(cpu "$p")"); done
+    local r l99 errors split=""
+    r="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
+    l50="$(us "$(awk '$1 == "50%" {print $2}' <<<"$out")")"
+    l99="$(us "$(awk '$1 == "99%" {print $2}' <<<"$out")")"
+    errors="$(awk '/Non-2xx|Socket errors/' <<<"$out" | tr '\n' ' ')"
+    for i in "${!before[@]}"; do
+        split+="$(awk -v a="${after[$i]}" -v b="${before[$i]}" 'BEGIN { printf "%.2f", a - b }') / "
+    done
+    split+="$(awk '{ printf "%.2f", $1 + $2 }' "$dir/wrk.time")"
+    rate[$key]="${rate[$key]:-0} + $r"; p50[$key]="${p50[$key]:-0} + $l50"
+    printf '| %s | %.0f | %s µs | %s µs | %s | %s |\n' "$key" "$r" "$l50" "$l99" "$split" "${errors:-none}"
+}
+echo
+echo "GET /health, wrk -t1 -c$conns -d${seconds}s --latency; runtime threads: ${THREADS:-one per core}; CPU seconds during the run"
+echo "| path | requests/s | p50 | p99 | CPU s: relay / worker / wrk (direct: app / wrk) | errors |"
+echo "|---|---|---|---|---|---|"
+for round in 1 2; do
+    run relay "http://127.0.0.1:$relay_port/w/abc/health" "$relay_pid" "$worker_pid"
+    run direct "http://127.0.0.1:$direct_port/health" "$direct_pid"
+done
+relay_rate="$(awk "BEGIN { print ${rate[relay]} }")" direct_rate="$(awk "BEGIN { print ${rate[direct]} }")"
+relay_p50="$(awk "BEGIN { print (${p50[relay]}) / 2 }")" direct_p50="$(awk "BEGIN { print (${p50[direct]}) / 2 }")"
+awk -v r="$relay_rate" -v d="$direct_rate" -v rp="$relay_p50" -v dp="$direct_p50" 'BEGIN {
+    printf "\nthrough the relay vs direct: %.2fx the rate (goal >= 0.5x); p50 %.0f vs %.0f us: %.0f us added (goal <= 50 us)\n",
+        r / d, rp, dp, rp - dp
+}'
