@@ -5,9 +5,9 @@
 //! ```
 //!
 //! `tokens.txt` holds lines `<worker-id> <connect-token>`. Workers dial
-//! `ws://127.0.0.1:8080/connect`; worker `<id>` is served at
-//! `http://127.0.0.1:8080/w/<id>/…`. Slow callers' responses overflow to
-//! unlinked temporary files. `--max-connections N` caps open HTTP
+//! `ws://127.0.0.1:8080/connect` (or `/connect/<id>`, behind a balancer);
+//! worker `<id>` is served at `http://127.0.0.1:8080/w/<id>/…`. Slow
+//! callers' responses overflow to unlinked temporary files. `--max-connections N` caps open HTTP
 //! connections (default 10,000; keep it below `ulimit -n`), and
 //! `--header-timeout SECS` bounds how long a client may take to send a
 //! request head (default 10). `--threads N` sets the runtime's threads
@@ -75,7 +75,8 @@ async fn run(listen: String, tokens: String, server: ServerConfig) -> ExitCode {
     let addr = listener.local_addr().map_or(listen, |a| a.to_string());
     let workers: Vec<String> = table.workers().map(|w| w.to_string()).collect();
     tracing::info!(
-        "listening on {addr}; workers dial ws://{addr}{CONNECT_PATH}; known workers: {}",
+        "listening on {addr}; workers dial ws://{addr}{CONNECT_PATH} (or {CONNECT_PATH}/<id>); \
+         known workers: {}",
         workers.join(", ")
     );
     let gateway = Gateway::builder(table)
