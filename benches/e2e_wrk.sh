@@ -37,20 +37,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-secret() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-wait_port() {
-    for _ in $(seq 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "nothing listens on $1" >&2; exit 1
-}
+# port, secret, wait_port, us
+. benches/lib.sh
 # CPU seconds (user + system) a process has used so far.
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
-us() {  # wrk's "631.00us" / "1.74ms" / "1.02s" in microseconds
-    awk '{ v = $1 + 0; if ($1 ~ /us$/) m = 1; else if ($1 ~ /ms$/) m = 1000; else m = 1000000; printf "%.0f", v * m }' <<<"$1"
-}
 
 worker_token="wt-$(secret)" connect_token="ct-$(secret)"
 (umask 077; echo "abc $connect_token" > "$dir/tokens.txt")

@@ -50,15 +50,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-secret() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
-wait_port() {
-    for _ in $(seq 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "nothing listens on $1" >&2; exit 1
-}
+# port, secret, wait_port, us
+. benches/lib.sh
 
 worker_token="wt-$(secret)"
 (umask 077; : > "$dir/tokens.txt"; printf 'Authorization: Bearer %s\n' "$worker_token" > "$dir/auth.header")
@@ -97,9 +90,6 @@ done
 [ -n "$holder" ] || { echo "b0 never connected" >&2; cat "$dir"/*.log >&2; exit 1; }
 
 export SCALEOUT_WORKER_TOKEN="$worker_token"
-us() {  # wrk's "631.00us" / "1.74ms" / "1.02s" in microseconds
-    awk '{ v = $1 + 0; if ($1 ~ /us$/) m = 1; else if ($1 ~ /ms$/) m = 1000; else m = 1000000; printf "%.0f", v * m }' <<<"$1"
-}
 declare -A total=()
 run_wrk() {  # run_wrk KEY LABEL URL
     local out rate p50 p99 errors
