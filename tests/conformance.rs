@@ -289,21 +289,50 @@ async fn a_relay_that_keeps_the_prefix_fails_the_prefix_case() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_with_flawed_forwarding_is_caught_case_by_case() {
     use fakes::ForwardFlaw::*;
-    for (flaw, case) in [
+    let flaws = [
         (KeepHopByHop, "relay.headers.hop-by-hop"),
         (ForwardDotSegments, "relay.url.no-escape"),
         (NoAbortOnHangup, "relay.abort.caller-disconnect"),
         (WholeBodyOneChunk, "relay.framing.content-length"),
         (CompleteAfterAbort, "relay.abort.worker-after-response"),
-    ] {
-        let addr = fakes::forwarding_relay(flaw).await;
-        let results = run(&relay_config(addr.clone(), Some(case))).await;
-        assert_fails(&results, case);
-        // The same fake without the flaw passes that case.
-        let addr = fakes::forwarding_relay(fakes::ForwardFlaw::None).await;
-        let results = run(&relay_config(addr, Some(case))).await;
-        assert_passes(&results, case);
+        (DecodeSlash, "relay.url.raw-path-query"),
+        (NoEnd, "relay.framing.get-end"),
+        (KeepOlder, "relay.replace.older-connection"),
+    ];
+    // Each flaw against its case, and the same fake without the flaw
+    // (which must pass it), all at once: most of the time is waiting.
+    let checks = flaws.map(|(flaw, case)| async move {
+        let broken = run(&relay_config(
+            fakes::forwarding_relay(flaw).await,
+            Some(case),
+        ))
+        .await;
+        let sound = run(&relay_config(
+            fakes::forwarding_relay(fakes::ForwardFlaw::None).await,
+            Some(case),
+        ))
+        .await;
+        (case, broken, sound)
+    });
+    for (case, broken, sound) in futures_util::future::join_all(checks).await {
+        assert_fails(&broken, case);
+        assert_passes(&sound, case);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forwarding_fakes_built_in_shortcuts_are_caught_too() {
+    // It forwards one stream at a time, and drops its callers' connections
+    // when the worker's goes away instead of answering 502.
+    let addr = fakes::forwarding_relay(fakes::ForwardFlaw::None).await;
+    let results = run(&relay_config(
+        addr.clone(),
+        Some("relay.concurrency.second-stream"),
+    ))
+    .await;
+    assert_fails(&results, "relay.concurrency.second-stream");
+    let results = run(&relay_config(addr, Some("relay.lost.before-response"))).await;
+    assert_fails(&results, "relay.lost.before-response");
 }
 
 // ---------------------------------------------------------------------------
@@ -390,6 +419,24 @@ async fn a_worker_that_answers_after_abort_fails_the_abort_case() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_offering_no_subprotocol_fails_the_subprotocol_case() {
+    let flaws = fakes::WorkerFlaws {
+        no_protocol: true,
+        ..Default::default()
+    };
+    fake_worker_fails(flaws, "worker.handshake.subprotocol").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_31_bit_ids_fails_the_max_id_case() {
+    let flaws = fakes::WorkerFlaws {
+        small_ids: true,
+        ..Default::default()
+    };
+    fake_worker_fails(flaws, "worker.id.max").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fake_worker_passes_the_cases_it_is_not_broken_for() {
     // The control for the fakes: its flaws are only the ones named.
     let port = free_port();
@@ -397,7 +444,7 @@ async fn the_fake_worker_passes_the_cases_it_is_not_broken_for() {
         format!("ws://127.0.0.1:{port}/connect"),
         fakes::WorkerFlaws::default(),
     ));
-    let cfg = worker_config(port, App::HealthOnly, Some("worker.i"));
+    let cfg = worker_config(port, App::HealthOnly, Some("worker.i*"));
     let results = run(&cfg).await;
     for id in [
         "worker.id.max",

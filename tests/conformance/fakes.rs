@@ -128,6 +128,12 @@ pub enum ForwardFlaw {
     WholeBodyOneChunk,
     /// Completes the caller's response when the worker aborts it.
     CompleteAfterAbort,
+    /// Decodes `%2F` in the path before forwarding it.
+    DecodeSlash,
+    /// Never sends `end` after a request body.
+    NoEnd,
+    /// Keeps sending requests to a worker's older connection.
+    KeepOlder,
 }
 
 struct Link {
@@ -156,7 +162,13 @@ pub async fn forwarding_relay(flaw: ForwardFlaw) -> String {
                     if token_ok(&mut s, &h, true).await {
                         let _ = s.write_all(switching(&key, true).as_bytes()).await;
                         let ws = WebSocketStream::from_raw_socket(s, Role::Server, None).await;
-                        *link.lock().unwrap() = Some(attach(ws));
+                        let new = attach(ws);
+                        let mut current = link.lock().unwrap();
+                        let older_alive =
+                            current.as_ref().is_some_and(|l| !l.to_worker.is_closed());
+                        if !(flaw == ForwardFlaw::KeepOlder && older_alive) {
+                            *current = Some(new);
+                        }
                     }
                     return;
                 }
@@ -223,6 +235,13 @@ async fn forward(
         return status(s, 404).await;
     };
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let decoded;
+    let path = if flaw == ForwardFlaw::DecodeSlash {
+        decoded = path.replace("%2F", "/").replace("%2f", "/");
+        decoded.as_str()
+    } else {
+        path
+    };
     if dot_segment(path) && flaw != ForwardFlaw::ForwardDotSegments {
         return status(s, 400).await;
     }
@@ -256,9 +275,11 @@ async fn forward(
             .to_worker
             .send(WsMsg::Binary(frame::encode_chunk(id, piece)));
     }
-    let _ = link
-        .to_worker
-        .send(WsMsg::Text(ControlFrame::End { id }.encode().into()));
+    if flaw != ForwardFlaw::NoEnd {
+        let _ = link
+            .to_worker
+            .send(WsMsg::Text(ControlFrame::End { id }.encode().into()));
+    }
     let mut started = false;
     let mut probe = [0u8; 1];
     loop {
@@ -322,6 +343,10 @@ pub struct WorkerFlaws {
     pub close_on_malformed: bool,
     /// Answers a stream the relay aborted.
     pub answer_after_abort: bool,
+    /// Offers no subprotocol.
+    pub no_protocol: bool,
+    /// Ignores requests whose id does not fit an i32.
+    pub small_ids: bool,
 }
 
 /// A worker that reads everything into memory (no 16-chunk bound), has no
@@ -331,8 +356,10 @@ pub async fn worker(url: String, flaws: WorkerFlaws) {
     let mut delay = 1.0f64;
     for _ in 0..100 {
         let mut req = url.as_str().into_client_request().unwrap();
-        req.headers_mut()
-            .insert("sec-websocket-protocol", SUBPROTOCOL.parse().unwrap());
+        if !flaws.no_protocol {
+            req.headers_mut()
+                .insert("sec-websocket-protocol", SUBPROTOCOL.parse().unwrap());
+        }
         req.headers_mut()
             .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
         let config = WebSocketConfig::default()
@@ -400,6 +427,16 @@ where
             Err(_) => continue,
         };
         let reply = match d {
+            Decoded::Control(ControlFrame::Request { id, .. })
+                if flaws.small_ids && id.get() > i32::MAX as u32 =>
+            {
+                continue
+            }
+            Decoded::Control(ControlFrame::Request { id, .. })
+                if flaws.small_ids && id.get() > i32::MAX as u32 =>
+            {
+                continue
+            }
             Decoded::Control(ControlFrame::Request { id, head }) => {
                 targets.insert(id.get(), head.target());
                 aborted.remove(&id.get());
