@@ -484,7 +484,7 @@ async fn caller_disconnect(ctx: &mut RelayCtx) -> Outcome {
     tryf!(http::write_all(&mut s, &head, STEP).await);
     let w = tryf!(ctx.worker().await);
     let (id, _) = tryf!(w.expect_request("/conformance/hangup", STEP).await);
-    let _ = s.shutdown().await;
+    let _ = tokio::time::timeout(STEP, s.shutdown()).await;
     drop(s);
     let start = Instant::now();
     if w.wait_abort(id, STEP).await {

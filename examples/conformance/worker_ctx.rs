@@ -218,10 +218,11 @@ impl WorkerCtx {
             .unwrap_or_default();
         let head = match answer {
             Answer::Refuse(status) => {
-                let _ = s
-                    .write_all(format!("HTTP/1.1 {status} Refused\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").as_bytes())
-                    .await;
-                let _ = s.shutdown().await;
+                let refusal = format!(
+                    "HTTP/1.1 {status} Refused\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                );
+                let _ = crate::http::write_all(&mut s, refusal.as_bytes(), STEP).await;
+                let _ = tokio::time::timeout(STEP, s.shutdown()).await;
                 return Ok(None);
             }
             Answer::Accept => format!(
@@ -233,7 +234,7 @@ impl WorkerCtx {
                 derive_accept_key(key.as_bytes())
             ),
         };
-        s.write_all(head.as_bytes())
+        crate::http::write_all(&mut s, head.as_bytes(), STEP)
             .await
             .map_err(|e| format!("writing the 101 failed: {e}"))?;
         if raw {
