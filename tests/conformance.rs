@@ -239,6 +239,7 @@ async fn a_relay_that_selects_no_subprotocol_fails_the_subprotocol_case() {
     let addr = fakes::handshake_only_relay(fakes::RelayFlaws {
         select_protocol: false,
         check_token: true,
+        ..Default::default()
     })
     .await;
     let results = run(&relay_config(addr, Some("relay.handshake.*"))).await;
@@ -251,6 +252,7 @@ async fn a_relay_that_accepts_any_token_fails_the_token_cases() {
     let addr = fakes::handshake_only_relay(fakes::RelayFlaws {
         select_protocol: true,
         check_token: false,
+        ..Default::default()
     })
     .await;
     let results = run(&relay_config(addr, Some("relay.handshake.*"))).await;
@@ -298,6 +300,11 @@ async fn a_relay_with_flawed_forwarding_is_caught_case_by_case() {
         (DecodeSlash, "relay.url.raw-path-query"),
         (NoEnd, "relay.framing.get-end"),
         (KeepOlder, "relay.replace.older-connection"),
+        (CloseOnUnknown, "relay.ignore.unknown-type"),
+        (FailOnStrayId, "relay.ignore.unknown-id"),
+        (PrefixMatch, "relay.url.exact-id"),
+        (OkOnAbort, "relay.abort.worker-before-response"),
+        (TruncateResponse, "relay.body.large-response"),
     ];
     // Each flaw against its case, and the same fake without the flaw
     // (which must pass it), all at once: most of the time is waiting.
@@ -318,6 +325,46 @@ async fn a_relay_with_flawed_forwarding_is_caught_case_by_case() {
         assert_fails(&broken, case);
         assert_passes(&sound, case);
     }
+}
+
+#[tokio::test]
+async fn a_relay_that_answers_a_plain_get_fails_the_non_upgrade_case() {
+    let flaws = fakes::RelayFlaws {
+        select_protocol: true,
+        check_token: true,
+        accept_plain_get: true,
+        ..Default::default()
+    };
+    let addr = fakes::handshake_only_relay(flaws).await;
+    let results = run(&relay_config(addr, Some("relay.handshake.non-upgrade"))).await;
+    assert_fails(&results, "relay.handshake.non-upgrade");
+    let flaws = fakes::RelayFlaws {
+        accept_plain_get: false,
+        ..flaws
+    };
+    let addr = fakes::handshake_only_relay(flaws).await;
+    let results = run(&relay_config(addr, Some("relay.handshake.non-upgrade"))).await;
+    assert_passes(&results, "relay.handshake.non-upgrade");
+}
+
+#[tokio::test]
+async fn a_relay_that_never_reads_fails_the_ping_case() {
+    let flaws = fakes::RelayFlaws {
+        select_protocol: true,
+        check_token: true,
+        silent: true,
+        ..Default::default()
+    };
+    let addr = fakes::handshake_only_relay(flaws).await;
+    let results = run(&relay_config(addr, Some("relay.ping.answered"))).await;
+    assert_fails(&results, "relay.ping.answered");
+    let flaws = fakes::RelayFlaws {
+        silent: false,
+        ..flaws
+    };
+    let addr = fakes::handshake_only_relay(flaws).await;
+    let results = run(&relay_config(addr, Some("relay.ping.answered"))).await;
+    assert_passes(&results, "relay.ping.answered");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,15 +417,20 @@ async fn a_worker_without_jitter_fails_the_backoff_case() {
     worker.abort();
 }
 
-async fn fake_worker_fails(flaws: fakes::WorkerFlaws, case: &str) {
+/// The fake worker with `flaws`, dialling a kit that runs `case` alone.
+async fn fake_worker_run(flaws: fakes::WorkerFlaws, case: &str) -> Vec<CaseResult> {
     let port = free_port();
     let worker = tokio::spawn(fakes::worker(
         format!("ws://127.0.0.1:{port}/connect"),
         flaws,
     ));
     let results = run(&worker_config(port, App::Example, Some(case))).await;
-    assert_fails(&results, case);
     worker.abort();
+    results
+}
+
+async fn fake_worker_fails(flaws: fakes::WorkerFlaws, case: &str) {
+    assert_fails(&fake_worker_run(flaws, case).await, case);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -434,6 +486,83 @@ async fn a_worker_with_31_bit_ids_fails_the_max_id_case() {
         ..Default::default()
     };
     fake_worker_fails(flaws, "worker.id.max").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_flawed_streams_is_caught_case_by_case() {
+    use fakes::WorkerFlaws as F;
+    let d = F::default;
+    let flaws = [
+        (
+            F {
+                no_id_reuse: true,
+                ..d()
+            },
+            "worker.id.reuse",
+        ),
+        (
+            F {
+                serial: true,
+                ..d()
+            },
+            "worker.concurrency.open-stream",
+        ),
+        (
+            F {
+                one_body: true,
+                ..d()
+            },
+            "worker.interleave.echo",
+        ),
+        (
+            F {
+                hold_unread: true,
+                ..d()
+            },
+            "worker.flow.discard-unread",
+        ),
+        (
+            F {
+                abort_before_response: true,
+                ..d()
+            },
+            "worker.app.fail-before",
+        ),
+        (
+            F {
+                end_after_failure: true,
+                ..d()
+            },
+            "worker.app.fail-after",
+        ),
+        (
+            F {
+                close_on_unknown: true,
+                ..d()
+            },
+            "worker.ignore.unknown",
+        ),
+    ];
+    // Each flaw against its case, and the fake without it (which must pass
+    // it), all at once: most of the time is waiting.
+    let checks = flaws.map(|(flaws, case)| async move {
+        let broken = fake_worker_run(flaws, case).await;
+        let sound = fake_worker_run(d(), case).await;
+        (case, broken, sound)
+    });
+    for (case, broken, sound) in futures_util::future::join_all(checks).await {
+        assert_fails(&broken, case);
+        assert_passes(&sound, case);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_serving_without_a_subprotocol_fails_the_required_case() {
+    let flaws = fakes::WorkerFlaws {
+        no_protocol: true,
+        ..Default::default()
+    };
+    fake_worker_fails(flaws, "worker.handshake.subprotocol-required").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,10 +80,14 @@ async fn token_ok(s: &mut TcpStream, h: &[(String, String)], check: bool) -> boo
     false
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub struct RelayFlaws {
     pub select_protocol: bool,
     pub check_token: bool,
+    /// Answers a plain GET of the connect path 200.
+    pub accept_plain_get: bool,
+    /// Never reads the socket after the handshake (no pongs).
+    pub silent: bool,
 }
 
 /// A relay that only does the handshake (and then reads, answering pings).
@@ -97,7 +101,7 @@ pub async fn handshake_only_relay(flaws: RelayFlaws) -> String {
                     return;
                 };
                 let Some(key) = get(&h, "sec-websocket-key").map(str::to_string) else {
-                    return status(&mut s, 400).await;
+                    return status(&mut s, if flaws.accept_plain_get { 200 } else { 400 }).await;
                 };
                 if !token_ok(&mut s, &h, flaws.check_token).await {
                     return;
@@ -105,6 +109,10 @@ pub async fn handshake_only_relay(flaws: RelayFlaws) -> String {
                 let _ = s
                     .write_all(switching(&key, flaws.select_protocol).as_bytes())
                     .await;
+                if flaws.silent {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    return;
+                }
                 let mut ws = WebSocketStream::from_raw_socket(s, Role::Server, None).await;
                 while let Ok(Some(Ok(_))) =
                     tokio::time::timeout(Duration::from_secs(60), ws.next()).await
@@ -134,6 +142,16 @@ pub enum ForwardFlaw {
     NoEnd,
     /// Keeps sending requests to a worker's older connection.
     KeepOlder,
+    /// Closes the worker's connection on a frame of an unknown type.
+    CloseOnUnknown,
+    /// Fails the caller's request on a frame for another id.
+    FailOnStrayId,
+    /// Takes `/w/abczz9/…` for worker `abc`.
+    PrefixMatch,
+    /// Answers 200 when the worker aborts before its response.
+    OkOnAbort,
+    /// Ends a response after its first MiB as if it were complete.
+    TruncateResponse,
 }
 
 struct Link {
@@ -162,7 +180,7 @@ pub async fn forwarding_relay(flaw: ForwardFlaw) -> String {
                     if token_ok(&mut s, &h, true).await {
                         let _ = s.write_all(switching(&key, true).as_bytes()).await;
                         let ws = WebSocketStream::from_raw_socket(s, Role::Server, None).await;
-                        let new = attach(ws);
+                        let new = attach(ws, flaw);
                         let mut current = link.lock().unwrap();
                         let older_alive =
                             current.as_ref().is_some_and(|l| !l.to_worker.is_closed());
@@ -186,7 +204,7 @@ pub async fn forwarding_relay(flaw: ForwardFlaw) -> String {
 }
 
 /// Owns the worker's socket: messages to it, decoded frames from it.
-fn attach(ws: WebSocketStream<TcpStream>) -> Arc<Link> {
+fn attach(ws: WebSocketStream<TcpStream>, flaw: ForwardFlaw) -> Arc<Link> {
     let (to_worker, mut outbox) = mpsc::unbounded_channel::<WsMsg>();
     let (inbox, from_worker) = mpsc::unbounded_channel();
     tokio::spawn(async move {
@@ -198,7 +216,11 @@ fn attach(ws: WebSocketStream<TcpStream>) -> Arc<Link> {
                     None => return,
                 },
                 m = stream.next() => match m {
-                    Some(Ok(WsMsg::Text(t))) => { if let Ok(d) = frame::decode_text(t.as_str()) { let _ = inbox.send(d); } }
+                    Some(Ok(WsMsg::Text(t))) => match frame::decode_text(t.as_str()) {
+                        Ok(Decoded::Unknown) if flaw == ForwardFlaw::CloseOnUnknown => return,
+                        Ok(d) => { let _ = inbox.send(d); }
+                        Err(_) => {}
+                    },
                     Some(Ok(WsMsg::Binary(b))) => { if let Ok(d) = frame::decode_binary(b) { let _ = inbox.send(d); } }
                     Some(Ok(WsMsg::Ping(p))) => { let _ = sink.send(WsMsg::Pong(p)).await; }
                     Some(Ok(_)) => {}
@@ -231,9 +253,15 @@ async fn forward(
     h: Vec<(String, String)>,
     mut body: Vec<u8>,
 ) {
-    let Some(rest) = target.strip_prefix("/w/abc").filter(|r| r.starts_with('/')) else {
+    let Some(mut rest) = target.strip_prefix("/w/abc") else {
         return status(s, 404).await;
     };
+    if flaw == ForwardFlaw::PrefixMatch {
+        rest = &rest[rest.find('/').unwrap_or(rest.len())..];
+    }
+    if !rest.starts_with('/') {
+        return status(s, 404).await;
+    }
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     let decoded;
     let path = if flaw == ForwardFlaw::DecodeSlash {
@@ -281,6 +309,7 @@ async fn forward(
             .send(WsMsg::Text(ControlFrame::End { id }.encode().into()));
     }
     let mut started = false;
+    let mut sent = 0usize;
     let mut probe = [0u8; 1];
     loop {
         let d = tokio::select! {
@@ -311,6 +340,11 @@ async fn forward(
                 let _ = s.write_all(out.as_bytes()).await;
             }
             Decoded::Chunk(c) if c.id == id && !c.data.is_empty() => {
+                if flaw == ForwardFlaw::TruncateResponse && sent >= frame::MAX_CHUNK_BODY {
+                    let _ = s.write_all(b"0\r\n\r\n").await;
+                    return;
+                }
+                sent += c.data.len();
                 let _ = s
                     .write_all(format!("{:x}\r\n", c.data.len()).as_bytes())
                     .await;
@@ -323,12 +357,24 @@ async fn forward(
             }
             Decoded::Control(ControlFrame::Abort { id: i }) if i == id => {
                 if !started {
-                    return status(s, 502).await;
+                    let code = if flaw == ForwardFlaw::OkOnAbort {
+                        200
+                    } else {
+                        502
+                    };
+                    return status(s, code).await;
                 }
                 if flaw == ForwardFlaw::CompleteAfterAbort {
                     let _ = s.write_all(b"0\r\n\r\n").await;
                 }
                 return;
+            }
+            Decoded::Control(ControlFrame::Response { id: i, .. })
+            | Decoded::Control(ControlFrame::End { id: i })
+            | Decoded::Control(ControlFrame::Abort { id: i })
+                if i != id && flaw == ForwardFlaw::FailOnStrayId && !started =>
+            {
+                return status(s, 502).await;
             }
             _ => {}
         }
@@ -341,17 +387,34 @@ pub struct WorkerFlaws {
     pub redial_after_final: bool,
     /// Closes the connection on a message it cannot decode.
     pub close_on_malformed: bool,
+    /// Closes the connection on a frame of an unknown type.
+    pub close_on_unknown: bool,
     /// Answers a stream the relay aborted.
     pub answer_after_abort: bool,
     /// Offers no subprotocol.
     pub no_protocol: bool,
     /// Ignores requests whose id does not fit an i32.
     pub small_ids: bool,
+    /// Ignores a request whose id was used before.
+    pub no_id_reuse: bool,
+    /// Ignores other requests while a request body is still arriving.
+    pub serial: bool,
+    /// Keeps every stream's body in one buffer.
+    pub one_body: bool,
+    /// Holds the body of a request it answered without reading, and stops
+    /// reading the socket at 16 such chunks.
+    pub hold_unread: bool,
+    /// Ends a response whose app failed after it started (`end`, not `abort`).
+    pub end_after_failure: bool,
+    /// Sends `abort`, not a 500, when its app fails before the response.
+    pub abort_before_response: bool,
 }
 
 /// A worker that reads everything into memory (no 16-chunk bound), has no
-/// message size limit, and answers /health, /sleep?ms=, and anything else
-/// with 404 once its request has ended; broken further by `flaws`.
+/// message size limit and no keepalive. Its app: `/health`, `/sleep?ms=`,
+/// `/echo` (401 at once without the worker token), `/fail-before`,
+/// `/fail-after?n=`, anything else 404 once its request has ended. Broken
+/// further by `flaws`.
 pub async fn worker(url: String, flaws: WorkerFlaws) {
     let mut delay = 1.0f64;
     for _ in 0..100 {
@@ -391,9 +454,14 @@ where
 {
     let (mut sink, mut stream) = ws.split();
     let (due_tx, mut due) = mpsc::unbounded_channel::<StreamId>();
-    let mut targets: HashMap<u32, String> = HashMap::new();
+    // Requests whose body is still arriving, by id.
+    let mut open: HashMap<u32, String> = HashMap::new();
     let mut bodies: HashMap<u32, Vec<u8>> = HashMap::new();
     let mut aborted: HashSet<u32> = HashSet::new();
+    let mut used: HashSet<u32> = HashSet::new();
+    // Answered without reading: chunks held since.
+    let mut unread: HashMap<u32, usize> = HashMap::new();
+    let auth = format!("Bearer {}", crate::WORKER_TOKEN);
     loop {
         let m = tokio::select! {
             m = stream.next() => match m { Some(Ok(m)) => m, _ => return },
@@ -401,7 +469,7 @@ where
                 if aborted.contains(&id.get()) && !flaws.answer_after_abort {
                     continue;
                 }
-                for m in answer(id, 200, b"slept").1 {
+                for m in answer(id, 200, b"slept".to_vec()) {
                     if sink.send(m).await.is_err() { return; }
                 }
                 continue;
@@ -414,68 +482,96 @@ where
             _ => continue,
         };
         let d = match decoded {
+            Ok(Decoded::Unknown) if flaws.close_on_unknown => return close(&mut sink).await,
             Ok(d) => d,
-            Err(_) if flaws.close_on_malformed => {
-                let _ = sink
-                    .send(WsMsg::Close(Some(CloseFrame {
-                        code: CloseCode::Protocol,
-                        reason: "malformed".into(),
-                    })))
-                    .await;
-                return;
-            }
+            Err(_) if flaws.close_on_malformed => return close(&mut sink).await,
             Err(_) => continue,
         };
-        let reply = match d {
-            Decoded::Control(ControlFrame::Request { id, .. })
-                if flaws.small_ids && id.get() > i32::MAX as u32 =>
-            {
-                continue
-            }
-            Decoded::Control(ControlFrame::Request { id, .. })
-                if flaws.small_ids && id.get() > i32::MAX as u32 =>
-            {
-                continue
-            }
+        let key = |id: u32| if flaws.one_body { 0 } else { id };
+        let reply: Vec<WsMsg> = match d {
             Decoded::Control(ControlFrame::Request { id, head }) => {
-                targets.insert(id.get(), head.target());
-                aborted.remove(&id.get());
-                continue;
+                let k = id.get();
+                if (flaws.small_ids && k > i32::MAX as u32)
+                    || (flaws.no_id_reuse && used.contains(&k))
+                    || (flaws.serial && !open.is_empty())
+                {
+                    continue;
+                }
+                used.insert(k);
+                aborted.remove(&k);
+                let t = head.target();
+                if t == "/echo" && head.headers().get("authorization") != Some(auth.as_str()) {
+                    unread.insert(k, 0);
+                    answer(id, 401, b"unauthorized".to_vec())
+                } else {
+                    open.insert(k, t);
+                    continue;
+                }
             }
             Decoded::Chunk(c) => {
+                if let Some(held) = unread.get_mut(&c.id.get()) {
+                    *held += 1;
+                    if flaws.hold_unread && *held >= 16 {
+                        // Waits for an app that will never read: reads nothing more.
+                        std::future::pending::<()>().await;
+                    }
+                    continue;
+                }
                 bodies
-                    .entry(c.id.get())
+                    .entry(key(c.id.get()))
                     .or_default()
                     .extend_from_slice(&c.data);
                 continue;
             }
             Decoded::Control(ControlFrame::Abort { id }) => {
-                bodies.remove(&id.get());
+                open.remove(&id.get());
+                bodies.remove(&key(id.get()));
+                unread.remove(&id.get());
                 aborted.insert(id.get());
                 continue;
             }
-            Decoded::Control(ControlFrame::End { id }) => match targets.remove(&id.get()) {
-                Some(t) if t.starts_with("/sleep") => {
-                    let ms: u64 = t
-                        .split("ms=")
-                        .nth(1)
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0);
-                    let tx = due_tx.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
-                        let _ = tx.send(id);
-                    });
-                    continue;
+            Decoded::Control(ControlFrame::End { id }) => {
+                unread.remove(&id.get());
+                let body = bodies.remove(&key(id.get())).unwrap_or_default();
+                match open.remove(&id.get()) {
+                    Some(t) if t.starts_with("/sleep") => {
+                        let ms: u64 = t
+                            .split("ms=")
+                            .nth(1)
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        let tx = due_tx.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                            let _ = tx.send(id);
+                        });
+                        continue;
+                    }
+                    Some(t) if t == "/health" => answer(id, 200, br#"{"status":"ok"}"#.to_vec()),
+                    Some(t) if t == "/echo" => answer(id, 200, body),
+                    Some(t) if t == "/fail-before" => {
+                        if flaws.abort_before_response {
+                            vec![WsMsg::Text(ControlFrame::Abort { id }.encode().into())]
+                        } else {
+                            answer(id, 500, b"Internal Server Error".to_vec())
+                        }
+                    }
+                    Some(t) if t.starts_with("/fail-after") => {
+                        let mut m = answer(id, 200, vec![b'x'; 1000]);
+                        if !flaws.end_after_failure {
+                            m[2] = WsMsg::Text(ControlFrame::Abort { id }.encode().into());
+                        }
+                        // No Content-Length: the body's end is not known in advance.
+                        m[0] = response(id, 200, Headers::new());
+                        m
+                    }
+                    Some(_) => answer(id, 404, b"not found".to_vec()),
+                    None => continue,
                 }
-                Some(t) if t == "/health" => answer(id, 200, br#"{"status":"ok"}"#),
-                Some(_) => answer(id, 404, b"not found"),
-                None => continue,
-            },
+            }
             _ => continue,
         };
-        bodies.remove(&reply.0.get());
-        for m in reply.1 {
+        for m in reply {
             if sink.send(m).await.is_err() {
                 return;
             }
@@ -483,15 +579,25 @@ where
     }
 }
 
-fn answer(id: StreamId, status: u16, body: &'static [u8]) -> (StreamId, Vec<WsMsg>) {
-    let headers = Headers::try_from_pairs([("content-length", body.len().to_string())]).unwrap();
+async fn close<S: futures_util::Sink<WsMsg> + Unpin>(sink: &mut S) {
+    let frame = CloseFrame {
+        code: CloseCode::Protocol,
+        reason: "malformed".into(),
+    };
+    let _ = sink.send(WsMsg::Close(Some(frame))).await;
+}
+
+fn response(id: StreamId, status: u16, headers: Headers) -> WsMsg {
     let head = ResponseHead::new(status, headers).unwrap();
-    (
-        id,
-        vec![
-            WsMsg::Text(ControlFrame::Response { id, head }.encode().into()),
-            WsMsg::Binary(frame::encode_chunk(id, body)),
-            WsMsg::Text(ControlFrame::End { id }.encode().into()),
-        ],
-    )
+    WsMsg::Text(ControlFrame::Response { id, head }.encode().into())
+}
+
+/// `response` (with Content-Length), one chunk, `end`.
+fn answer(id: StreamId, status: u16, body: Vec<u8>) -> Vec<WsMsg> {
+    let headers = Headers::try_from_pairs([("content-length", body.len().to_string())]).unwrap();
+    vec![
+        response(id, status, headers),
+        WsMsg::Binary(frame::encode_chunk(id, &body)),
+        WsMsg::Text(ControlFrame::End { id }.encode().into()),
+    ]
 }
