@@ -42,6 +42,8 @@ mod worker_cases_conn;
 mod worker_cases_streams;
 #[path = "conformance/worker_ctx.rs"]
 mod worker_ctx;
+#[path = "conformance/ws_send.rs"]
+mod ws_send;
 
 use std::process::ExitCode;
 

@@ -36,6 +36,8 @@ mod worker_cases_conn;
 mod worker_cases_streams;
 #[path = "../examples/conformance/worker_ctx.rs"]
 mod worker_ctx;
+#[path = "../examples/conformance/ws_send.rs"]
+mod ws_send;
 
 use cli::{App, Config, Mode, RelayTarget, WorkerTarget};
 use report::{CaseResult, Outcome};

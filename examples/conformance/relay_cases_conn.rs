@@ -7,6 +7,7 @@ use crate::relay_cases_http::{call, request_id};
 use crate::relay_ctx::{Dial, Got, RelayCtx, STEP};
 use crate::report::{judge, Outcome};
 use crate::runner::{Case, Needs};
+use crate::ws_send::WsSend;
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message as WsMsg;

@@ -6,6 +6,7 @@ use crate::http::{self, Response};
 use crate::relay_ctx::{RelayCtx, STEP};
 use crate::report::{judge, Outcome};
 use crate::runner::{Case, Needs};
+use crate::ws_send::WsSend;
 use std::io;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;

@@ -6,7 +6,7 @@
 use crate::cli::RelayTarget;
 use crate::runner::{Context, Needs};
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -19,8 +19,9 @@ use worker_relay::frame::{
 
 pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+use crate::ws_send::WsSend;
 /// How long a single step may wait.
-pub const STEP: Duration = Duration::from_secs(10);
+pub use crate::ws_send::STEP;
 
 pub struct RelayCtx {
     pub t: RelayTarget,
@@ -196,27 +197,6 @@ impl FakeWorker {
         }
     }
 
-    pub async fn send(&mut self, m: WsMsg) -> Result<(), String> {
-        match tokio::time::timeout(STEP, self.ws.send(m)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("send failed: {e}")),
-            Err(_) => Err("send timed out (the relay stopped reading)".into()),
-        }
-    }
-
-    pub async fn send_text(&mut self, t: impl Into<String>) -> Result<(), String> {
-        self.send(WsMsg::Text(t.into().into())).await
-    }
-
-    pub async fn send_control(&mut self, f: &ControlFrame) -> Result<(), String> {
-        self.send_text(f.encode()).await
-    }
-
-    pub async fn send_chunk(&mut self, id: StreamId, body: &[u8]) -> Result<(), String> {
-        self.send(WsMsg::Binary(frame::encode_chunk(id, body)))
-            .await
-    }
-
     /// Waits for a `request` whose path starts with `path`, skipping other frames.
     pub async fn expect_request(
         &mut self,
@@ -330,5 +310,14 @@ impl FakeWorker {
             self.send_chunk(id, piece).await?;
         }
         self.send_control(&ControlFrame::End { id }).await
+    }
+}
+
+impl WsSend for FakeWorker {
+    type Socket = Ws;
+    const PEER: &'static str = "the relay";
+
+    fn socket(&mut self) -> &mut Ws {
+        &mut self.ws
     }
 }

@@ -5,6 +5,7 @@ use crate::case;
 use crate::report::{judge, Outcome};
 use crate::runner::{Case, Needs};
 use crate::worker_ctx::{Answer, WorkerCtx, STEP};
+use crate::ws_send::WsSend;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;

@@ -6,6 +6,7 @@ use crate::cli::App;
 use crate::report::{judge, Outcome};
 use crate::runner::{Case, Needs};
 use crate::worker_ctx::{Conn, WorkerCtx, STEP};
+use crate::ws_send::WsSend;
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message as WsMsg;
 use worker_relay::frame::{self, ControlFrame, StreamId, SUBPROTOCOL};
@@ -456,10 +457,8 @@ async fn malformed(ctx: &mut WorkerCtx) -> Outcome {
         WsMsg::Binary(vec![0u8, 0, 0, 0, 1, 2, 3].into()),
     ];
     let n = msgs.len();
-    for m in msgs {
-        if let Err(e) = c.send(m).await {
-            return Outcome::Fail(format!("the connection broke: {e}"));
-        }
+    if let Err(e) = c.send_all(msgs).await {
+        return Outcome::Fail(format!("the connection broke: {e}"));
     }
     let back = c.responsive(STEP).await;
     // Only 80 (a path without /) may be answered, with a 400.
@@ -497,10 +496,8 @@ async fn unknown(ctx: &mut WorkerCtx) -> Outcome {
         WsMsg::Binary(frame::encode_chunk(ghost, b"nobody's body")),
     ];
     let n = msgs.len();
-    for m in msgs {
-        if let Err(e) = c.send(m).await {
-            return Outcome::Fail(format!("the connection broke: {e}"));
-        }
+    if let Err(e) = c.send_all(msgs).await {
+        return Outcome::Fail(format!("the connection broke: {e}"));
     }
     let back = c.responsive(STEP).await;
     let answered: Vec<u32> = c

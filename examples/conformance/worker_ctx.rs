@@ -5,7 +5,7 @@
 
 use crate::cli::{App, WorkerTarget};
 use crate::runner::{Context, Needs};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,7 +18,8 @@ use worker_relay::frame::{
     self, ControlFrame, Decoded, Headers, RequestHead, StreamId, SUBPROTOCOL,
 };
 
-pub const STEP: Duration = Duration::from_secs(10);
+use crate::ws_send::WsSend;
+pub use crate::ws_send::STEP;
 
 /// The worker's upgrade request.
 #[derive(Debug, Clone)]
@@ -286,27 +287,6 @@ impl Conn {
         StreamId::new(self.next_id).expect("nonzero")
     }
 
-    pub async fn send(&mut self, m: WsMsg) -> Result<(), String> {
-        match tokio::time::timeout(STEP, self.ws.send(m)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("send failed: {e}")),
-            Err(_) => Err("send timed out (the worker stopped reading)".into()),
-        }
-    }
-
-    pub async fn send_text(&mut self, t: impl Into<String>) -> Result<(), String> {
-        self.send(WsMsg::Text(t.into().into())).await
-    }
-
-    pub async fn send_control(&mut self, f: &ControlFrame) -> Result<(), String> {
-        self.send_text(f.encode()).await
-    }
-
-    pub async fn send_chunk(&mut self, id: StreamId, body: &[u8]) -> Result<(), String> {
-        self.send(WsMsg::Binary(frame::encode_chunk(id, body)))
-            .await
-    }
-
     /// Opens a stream: `request`, then `body` (if any) and `end` if `end`.
     #[allow(clippy::too_many_arguments)] // the request frame's fields, then what follows it
     pub async fn request(
@@ -448,5 +428,14 @@ impl Conn {
 
     pub async fn close(&mut self) {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.ws.close(None)).await;
+    }
+}
+
+impl WsSend for Conn {
+    type Socket = WebSocketStream<TcpStream>;
+    const PEER: &'static str = "the worker";
+
+    fn socket(&mut self) -> &mut WebSocketStream<TcpStream> {
+        &mut self.ws
     }
 }
