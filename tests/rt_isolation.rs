@@ -360,3 +360,53 @@ fn a_flooding_peer_cannot_monopolise_the_driver() {
     let (_incoming, driver) = rt::worker(flood, FuturesTimer, WorkerConfig::default());
     assert_yields(Box::pin(driver), &reads);
 }
+
+/// A relay that opens and aborts requests faster than the app takes them:
+/// the aborted ones leave the worker's queue of untaken requests (it stays
+/// within the stream limit) and the app is handed only the live request.
+#[test]
+fn requests_aborted_before_the_app_takes_them_do_not_pile_up() {
+    use worker_relay::frame::{ControlFrame, StreamId};
+    let mut pool = LocalPool::new();
+    let (mut relay_sock, worker_sock) = socket_pair();
+    let (mut incoming, worker_driver) =
+        rt::worker(worker_sock, FuturesTimer, WorkerConfig::default());
+    pool.spawner()
+        .spawn_local(async move {
+            let _ = worker_driver.await;
+        })
+        .unwrap();
+    // More pairs than the worker's stream limit (1024 by default): without
+    // the removal every one of them would wait in the queue.
+    let pairs = 3_000u32;
+    let live = StreamId::new(pairs + 1).unwrap();
+    pool.run_until(async {
+        for n in 1..=pairs {
+            let id = StreamId::new(n).unwrap();
+            let request = ControlFrame::Request {
+                id,
+                head: head("GET", "/aborted"),
+            };
+            relay_sock.send(request.to_message()).await.unwrap();
+            relay_sock
+                .send(ControlFrame::Abort { id }.to_message())
+                .await
+                .unwrap();
+        }
+        let request = ControlFrame::Request {
+            id: live,
+            head: head("GET", "/live"),
+        };
+        relay_sock.send(request.to_message()).await.unwrap();
+        relay_sock
+            .send(ControlFrame::End { id: live }.to_message())
+            .await
+            .unwrap();
+    });
+    let first = pool.run_until(incoming.next()).expect("a request");
+    assert_eq!(first.head.path(), "/live", "aborted requests were handed out");
+    // Nothing was refused for too many streams: the relay saw no abort
+    // for the live stream, and no other message at all.
+    pool.run_until_stalled();
+    assert!(relay_sock.rx.try_recv().is_err(), "the worker sent something");
+}

@@ -89,6 +89,14 @@ impl Side for Shared {
                 WorkerEvent::Readable { key } => self.wakers(key).map_or((), Wakers::wake_read),
                 WorkerEvent::Writable { key } => self.wakers(key).map_or((), Wakers::wake_write),
                 WorkerEvent::Ended { key, reason } => {
+                    // Not taken by the app yet: nobody will read or answer
+                    // it, so it goes (else request+abort pairs from the
+                    // peer would pile up here past `max_streams`).
+                    if let Some(at) = self.incoming.iter().position(|(k, ..)| *k == key) {
+                        self.incoming.remove(at);
+                        self.slots.remove(&key);
+                        continue;
+                    }
                     if let Some(s) = self.slots.get_mut(&key) {
                         s.gone = Some(reason);
                         s.wakers.wake_all();
