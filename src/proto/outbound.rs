@@ -206,7 +206,7 @@ impl Outbound {
         s.abort_at_end = abort;
         if s.queue.is_empty() {
             let id = s.id;
-            self.streams.remove(&key);
+            self.remove(key);
             self.push_end(key, end_frame(id, abort));
         }
     }
@@ -214,7 +214,7 @@ impl Outbound {
     /// Drops everything queued for the stream (body, head, `end`) and queues
     /// `abort` for `id` as `send_abort` says.
     pub fn abort(&mut self, key: StreamKey, id: StreamId, send_abort: SendAbort) {
-        if let Some(s) = self.streams.remove(&key) {
+        if let Some(s) = self.remove(key) {
             self.queued -= s.queued;
             if s.in_ready {
                 self.ready.retain(|k| *k != key);
@@ -244,6 +244,16 @@ impl Outbound {
         self.queued = 0;
         self.writable.clear();
         self.blocked.clear();
+    }
+
+    /// Removes the stream, and its place in the blocked list: a stream that
+    /// goes while the connection stays full must not stay listed there.
+    fn remove(&mut self, key: StreamKey) -> Option<OutStream> {
+        let s = self.streams.remove(&key)?;
+        if s.blocked {
+            self.blocked.retain(|k| *k != key);
+        }
+        Some(s)
     }
 
     fn wake_blocked(&mut self) {
@@ -303,7 +313,7 @@ impl Outbound {
             s.in_ready = false;
             if s.end_pending {
                 let (id, abort) = (s.id, s.abort_at_end);
-                self.streams.remove(&key);
+                self.remove(key);
                 self.push_end(key, end_frame(id, abort));
             }
         }
@@ -366,6 +376,31 @@ mod tests {
         w.sort();
         assert_eq!(w, vec![a, b]);
         assert_eq!(o.capacity(a), 4);
+    }
+
+    #[test]
+    fn streams_that_go_while_the_connection_is_full_leave_the_blocked_list() {
+        // The connection's bound is full (a peer that reads nothing); streams
+        // are refused bytes, then aborted or finished: none stays listed.
+        let mut o = Outbound::new(4, 4, 4);
+        let filler = StreamKey(1);
+        o.open(filler, id(1));
+        assert_eq!(o.write(filler, Bytes::from_static(b"full")), 4);
+        for n in 2..1000u32 {
+            let key = StreamKey(u64::from(n));
+            o.open(key, id(n));
+            assert_eq!(o.write(key, Bytes::from_static(b"x")), 0);
+            if n % 2 == 0 {
+                o.abort(key, id(n), SendAbort::Always);
+            } else {
+                o.finish(key);
+            }
+            assert!(
+                o.blocked.len() <= o.streams.len(),
+                "at {n}: {}",
+                o.blocked.len()
+            );
+        }
     }
 
     #[test]
