@@ -28,13 +28,15 @@ async fn relay() -> (SocketAddr, Gateway) {
     (addr, gateway)
 }
 
-async fn with_worker<S>(service: S) -> SocketAddr
+async fn with_worker<S, B>(service: S) -> SocketAddr
 where
-    S: tower::Service<Request<TunnelBody>, Response = Response<Full<Bytes>>, Error = BoxError>
+    S: tower::Service<Request<TunnelBody>, Response = Response<B>, Error = BoxError>
         + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
 {
     let (addr, gateway) = relay().await;
     let tunnel = Tunnel::new(
@@ -147,6 +149,55 @@ async fn a_caller_who_leaves_cancels_the_services_work() {
     let end = Instant::now() + Duration::from_secs(5);
     while !dropped.load(Ordering::SeqCst) {
         assert!(Instant::now() < end, "the service's future was not dropped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A response that started and then produces nothing more (an event
+/// stream): when its caller leaves, the app's body is dropped at once, not
+/// when the worker's connection ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_who_leaves_mid_body_drops_the_services_body() {
+    use futures_util::StreamExt;
+    use http_body::Frame;
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = dropped.clone();
+    let svc = tower::service_fn(move |_: Request<TunnelBody>| {
+        let guard = SetOnDrop(flag.clone());
+        async move {
+            let first = futures_util::stream::once(async {
+                Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"hello")))
+            });
+            // Never ends; holds the guard for as long as the body lives.
+            let body = first.chain(futures_util::stream::pending()).map(move |f| {
+                let _ = &guard;
+                f
+            });
+            Ok::<_, BoxError>(Response::new(http_body_util::StreamBody::new(body)))
+        }
+    });
+    let addr = with_worker(svc).await;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(b"GET /w/abc/events HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // The head and the first piece arrive: the response has started.
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.windows(5).any(|w| w == b"hello") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("the response started")
+            .unwrap();
+        assert!(n > 0, "closed before the first piece");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(!dropped.load(Ordering::SeqCst));
+    drop(s); // the caller leaves
+    let end = Instant::now() + Duration::from_secs(5);
+    while !dropped.load(Ordering::SeqCst) {
+        assert!(Instant::now() < end, "the service's body was not dropped");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -42,7 +42,8 @@ use futures_sink::Sink;
 use http::{Request, Response};
 use http_body::{Body, Frame};
 use std::future::poll_fn;
-use std::pin::pin;
+use std::pin::{pin, Pin};
+use std::task::Poll;
 use tokio::task::JoinSet;
 
 /// Serves one connection with `service` until it ends, each request on its
@@ -101,7 +102,7 @@ where
             return responder.fail();
         }
     };
-    let gone = responder.client_gone();
+    let mut gone = pin!(responder.client_gone());
     let answer = async {
         poll_fn(|cx| service.poll_ready(cx))
             .await
@@ -110,7 +111,7 @@ where
     };
     let response = tokio::select! {
         r = answer => r,
-        () = gone => return, // the caller left: drop the app's work
+        () = &mut gone => return, // the caller left: drop the app's work
     };
     let response = match response {
         Ok(r) => r,
@@ -130,7 +131,12 @@ where
     let Ok(sink) = responder.respond(head) else {
         return;
     };
-    stream_body(body, sink).await;
+    // A body that produces nothing more (a long poll, an event stream)
+    // would otherwise live until the connection ends after its caller left.
+    tokio::select! {
+        () = stream_body(body, sink) => {}
+        () = gone => {} // the caller left mid-body: drop the app's body
+    }
 }
 
 /// Streams `body` into `sink`; a body error fails the response (`abort`).
@@ -141,7 +147,16 @@ where
 {
     let mut body = pin!(body);
     loop {
-        let frame = poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+        // While the body has nothing new, what it gave so far goes out (an
+        // event stream's last event must not wait for the next one).
+        let frame = poll_fn(|cx| match body.as_mut().poll_frame(cx) {
+            Poll::Pending => {
+                let _ = Pin::new(&mut sink).poll_flush(cx);
+                Poll::Pending
+            }
+            ready => ready,
+        })
+        .await;
         let data = match frame.map(|f| f.map(Frame::into_data).map_err(Into::<BoxError>::into)) {
             None => break,
             Some(Ok(Ok(mut data))) => data.copy_to_bytes(data.remaining()),
