@@ -305,6 +305,7 @@ async fn a_relay_with_flawed_forwarding_is_caught_case_by_case() {
         (CloseOnUnknown, "relay.ignore.unknown-type"),
         (FailOnStrayId, "relay.ignore.unknown-id"),
         (PrefixMatch, "relay.url.exact-id"),
+        (PrefixMatchKeep, "relay.url.exact-id"),
         (OkOnAbort, "relay.abort.worker-before-response"),
         (TruncateResponse, "relay.body.large-response"),
     ];

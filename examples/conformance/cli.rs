@@ -48,7 +48,7 @@ impl App {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RelayTarget {
     /// `host:port` of the relay.
     pub authority: String,
@@ -59,7 +59,7 @@ pub struct RelayTarget {
     pub token: String,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WorkerTarget {
     pub listen: String,
     /// The connect token the worker must present, if known.
@@ -71,6 +71,30 @@ pub struct WorkerTarget {
     pub wait: Duration,
     /// How long a refused worker must stay away (the final-refusal case).
     pub final_wait: Duration,
+}
+
+// Debug without the tokens: a `{:?}` in a log or a panic must not show them.
+impl std::fmt::Debug for RelayTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayTarget")
+            .field("authority", &self.authority)
+            .field("worker_id", &self.worker_id)
+            .field("connect_path", &self.connect_path)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for WorkerTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerTarget")
+            .field("listen", &self.listen)
+            .field("token_env", &self.token_env)
+            .field("app", &self.app)
+            .field("wait", &self.wait)
+            .field("final_wait", &self.final_wait)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone)]

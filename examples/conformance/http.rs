@@ -21,6 +21,9 @@ pub struct Response {
     pub complete: bool,
     /// How the body was framed: `length`, `chunked`, `close` or `none`.
     pub framing: &'static str,
+    /// The deadline passed inside the body: the peer neither finished it
+    /// nor closed the connection.
+    pub timed_out: bool,
 }
 
 impl Response {
@@ -199,7 +202,10 @@ pub async fn read_response(
     };
     resp.complete = match result {
         Ok(c) => c,
-        Err(e) if e.kind() == io::ErrorKind::TimedOut => false,
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+            resp.timed_out = true;
+            false
+        }
         Err(e) if e.kind() == io::ErrorKind::InvalidData => false,
         Err(e) => return Err(e),
     };

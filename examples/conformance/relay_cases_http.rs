@@ -227,24 +227,26 @@ async fn exact_id(ctx: &mut RelayCtx) -> Outcome {
     let target = format!("{}{}zz9/conformance/exact", ctx.t.prefix, ctx.t.worker_id);
     let caller = call(ctx, "GET", &target, &[], Vec::new());
     let w = tryf!(ctx.worker().await);
-    match w
-        .expect_request("/conformance/exact", Duration::from_secs(2))
-        .await
-    {
-        Ok((id, _)) => {
-            let _ = w.respond(id, 200, &[("content-length", "0")], b"").await;
-            Outcome::Fail(format!("GET {target} reached worker {}", ctx.t.worker_id))
-        }
-        Err(_) => {
-            let r = finish(caller)
-                .await
-                .map(|r| r.status.to_string())
-                .unwrap_or_else(|e| e);
-            Outcome::Pass(format!(
-                "not forwarded to {}; caller got {r}",
-                ctx.t.worker_id
-            ))
-        }
+    // Any request reaching this worker now is the caller's, whatever path
+    // a broken prefix match made of it (`zz9/…`, `/zz9/…`, `/conformance/…`).
+    if let Ok((id, head)) = w.expect_request("", Duration::from_secs(2)).await {
+        let _ = w.respond(id, 200, &[("content-length", "0")], b"").await;
+        return Outcome::Fail(format!(
+            "GET {target} reached worker {} as {:?}",
+            ctx.t.worker_id,
+            head.path()
+        ));
+    }
+    match finish(caller).await {
+        Ok(r) if r.status >= 400 => Outcome::Pass(format!(
+            "not forwarded to {}; caller got {}",
+            ctx.t.worker_id, r.status
+        )),
+        Ok(r) => Outcome::Fail(format!(
+            "not forwarded to {}, but the caller got {} (not an error status)",
+            ctx.t.worker_id, r.status
+        )),
+        Err(e) => Outcome::Fail(format!("not forwarded, and no answer: {e}")),
     }
 }
 
@@ -536,7 +538,8 @@ async fn abort_after(ctx: &mut RelayCtx) -> Outcome {
         tokio::time::sleep(Duration::from_millis(100)).await;
         tryf!(w.send_control(&ControlFrame::Abort { id }).await);
         let r = tryf!(finish(caller).await);
-        ok &= r.status == 200 && !r.complete;
+        // Failed means cut off (closed or reset), not left hanging.
+        ok &= r.status == 200 && !r.complete && !r.timed_out;
         figures.push(format!(
             "{label}: {} then {} bytes ({} framing), {}",
             r.status,
@@ -544,6 +547,8 @@ async fn abort_after(ctx: &mut RelayCtx) -> Outcome {
             r.framing,
             if r.complete {
                 "completed as if whole"
+            } else if r.timed_out {
+                "left hanging (neither ended nor closed)"
             } else {
                 "failed"
             }

@@ -118,7 +118,12 @@ pub async fn dial(url: &str, token: Option<&str>, protocol: Option<&str>) -> Dia
             HeaderValue::from_str(p).expect("protocol"),
         );
     }
-    match tokio::time::timeout(STEP, tokio_tungstenite::connect_async(req)).await {
+    match tokio::time::timeout(
+        STEP,
+        tokio_tungstenite::connect_async_with_config(req, Some(crate::ws_send::config()), false),
+    )
+    .await
+    {
         Err(_) => Dial::Failed("the handshake timed out".into()),
         Ok(Ok((ws, resp))) => {
             let selected = resp
@@ -186,15 +191,18 @@ impl FakeWorker {
         }
     }
 
-    /// Reads what is pending for `quiet`; false if the connection is gone.
+    /// Reads what is pending until `quiet` passes without a message (at most
+    /// `STEP` in all); false if the connection is gone.
     pub async fn drain(&mut self, quiet: Duration) -> bool {
-        loop {
+        let until = tokio::time::Instant::now() + STEP;
+        while tokio::time::Instant::now() < until {
             match self.next(quiet).await {
                 Got::Timeout => return true,
                 Got::Closed(_) => return false,
                 _ => continue,
             }
         }
+        true
     }
 
     /// Waits for a `request` whose path starts with `path`, skipping other frames.

@@ -132,7 +132,8 @@ pub async fn run<C: Context>(
                 case.id
             ))
         } else {
-            ctx.before_case().await;
+            // Getting ready is bounded too (a peer that never goes quiet).
+            let _ = tokio::time::timeout(CASE_LIMIT, ctx.before_case()).await;
             let limit = if case.long {
                 LONG_CASE_LIMIT
             } else {

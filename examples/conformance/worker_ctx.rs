@@ -242,7 +242,8 @@ impl WorkerCtx {
             self.raw.lock().expect("raw").replace(s);
             return Ok(None);
         }
-        let ws = WebSocketStream::from_raw_socket(s, Role::Server, None).await;
+        let ws =
+            WebSocketStream::from_raw_socket(s, Role::Server, Some(crate::ws_send::config())).await;
         Ok(Some(Conn {
             ws,
             streams: HashMap::new(),

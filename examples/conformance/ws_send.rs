@@ -3,11 +3,20 @@
 
 use futures_util::{Sink, SinkExt};
 use std::time::Duration;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message as WsMsg};
 use worker_relay::frame::{self, ControlFrame, StreamId};
 
 /// How long one send may wait for the peer to take it.
 pub const STEP: Duration = Duration::from_secs(10);
+
+/// The kit's WebSocket settings: the peer's messages are bounded by the
+/// protocol's limit (a larger one ends the connection, and the case fails).
+pub fn config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(frame::MAX_MESSAGE_LEN))
+        .max_frame_size(Some(frame::MAX_MESSAGE_LEN))
+}
 
 /// The kit's side of a WebSocket to the peer under test.
 pub trait WsSend {

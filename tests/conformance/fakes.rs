@@ -146,8 +146,10 @@ pub enum ForwardFlaw {
     CloseOnUnknown,
     /// Fails the caller's request on a frame for another id.
     FailOnStrayId,
-    /// Takes `/w/abczz9/…` for worker `abc`.
+    /// Takes `/w/abczz9/…` for worker `abc`, forwarding `/conformance/…`.
     PrefixMatch,
+    /// Takes `/w/abczz9/…` for worker `abc`, forwarding `/zz9/conformance/…`.
+    PrefixMatchKeep,
     /// Answers 200 when the worker aborts before its response.
     OkOnAbort,
     /// Ends a response after its first MiB as if it were complete.
@@ -256,8 +258,12 @@ async fn forward(
     let Some(mut rest) = target.strip_prefix("/w/abc") else {
         return status(s, 404).await;
     };
+    let kept;
     if flaw == ForwardFlaw::PrefixMatch {
         rest = &rest[rest.find('/').unwrap_or(rest.len())..];
+    } else if flaw == ForwardFlaw::PrefixMatchKeep && !rest.starts_with('/') {
+        kept = format!("/{rest}");
+        rest = &kept;
     }
     if !rest.starts_with('/') {
         return status(s, 404).await;
