@@ -404,9 +404,16 @@ fn requests_aborted_before_the_app_takes_them_do_not_pile_up() {
             .unwrap();
     });
     let first = pool.run_until(incoming.next()).expect("a request");
-    assert_eq!(first.head.path(), "/live", "aborted requests were handed out");
+    assert_eq!(
+        first.head.path(),
+        "/live",
+        "aborted requests were handed out"
+    );
     // Nothing was refused for too many streams: the relay saw no abort
     // for the live stream, and no other message at all.
     pool.run_until_stalled();
-    assert!(relay_sock.rx.try_recv().is_err(), "the worker sent something");
+    assert!(
+        relay_sock.rx.try_recv().is_err(),
+        "the worker sent something"
+    );
 }
