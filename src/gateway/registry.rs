@@ -35,7 +35,9 @@ pub enum Presence {
         /// The worker.
         worker: WorkerId,
     },
-    /// The worker's connection ended (or was replaced).
+    /// The worker's registered connection ended: no connection of it is left.
+    /// (A connection replaced by a newer one ends without this news: the
+    /// worker is still connected.)
     Disconnected {
         /// The worker.
         worker: WorkerId,
@@ -128,14 +130,18 @@ impl Registry {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        {
+        let current = {
             let mut workers = self.registry.lock();
-            if workers
+            let current = workers
                 .get(&self.worker)
-                .is_some_and(|c| c.generation == self.generation)
-            {
+                .is_some_and(|c| c.generation == self.generation);
+            if current {
                 workers.remove(&self.worker);
             }
+            current
+        };
+        if !current {
+            return; // replaced: the newer connection is the worker's presence
         }
         let _ = self.registry.presence.send(Presence::Disconnected {
             worker: self.worker.clone(),
