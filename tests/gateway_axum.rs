@@ -173,7 +173,13 @@ async fn the_relays_own_answers() {
     assert_eq!(get_(addr, "/elsewhere").await.status, 404);
     assert_eq!(get_(addr, "/w/nobody/health").await.status, 404);
     // 503: a known worker that is not connected.
-    assert_eq!(get_(addr, "/w/off/health").await.status, 503);
+    let a = get_(addr, "/w/off/health").await;
+    assert_eq!(a.status, 503);
+    assert_eq!(
+        a.headers.get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"1"[..]),
+        "a 503 says when to come back"
+    );
     // 401: a worker with a wrong token; 400 without the subprotocol.
     let upgrade = |token: &str, protocol: &str| {
         let mut req =

@@ -21,7 +21,13 @@ use worker_relay::tunnel::{Tunnel, TunnelBody};
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 async fn relay() -> (SocketAddr, Gateway) {
-    let gateway = Gateway::new(TokenTable::parse("abc ct-abc-000000").unwrap());
+    relay_with(Gateway::new(
+        TokenTable::parse("abc ct-abc-000000").unwrap(),
+    ))
+    .await
+}
+
+async fn relay_with(gateway: Gateway) -> (SocketAddr, Gateway) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve(listener, gateway.service(), ServerConfig::default()));
@@ -38,7 +44,19 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let (addr, gateway) = relay().await;
+    worker_on(relay().await, service).await
+}
+
+async fn worker_on<S, B>((addr, gateway): (SocketAddr, Gateway), service: S) -> SocketAddr
+where
+    S: tower::Service<Request<TunnelBody>, Response = Response<B>, Error = BoxError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let tunnel = Tunnel::new(
         format!("ws://{addr}/connect"),
         Token::new("ct-abc-000000").ok(),
@@ -200,6 +218,39 @@ async fn a_caller_who_leaves_mid_body_drops_the_services_body() {
         assert!(Instant::now() < end, "the service's body was not dropped");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A caller whose upload goes silent past the gateway's upload timeout is
+/// answered 408 (nginx's client_body_timeout), and the worker's app sees
+/// its body fail; a caller whose body breaks its own framing gets 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_upload_is_a_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gateway = Gateway::builder(TokenTable::parse("abc ct-abc-000000").unwrap())
+        .upload_timeout(Duration::from_millis(300))
+        .build();
+    let (app, _) = app();
+    let addr = worker_on(relay_with(gateway).await, app).await;
+    let answer = |request: &'static [u8]| async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(request).await.unwrap();
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got));
+        let _ = read.await.expect("an answer and a close within 10 s");
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    // 100 bytes announced, 10 sent, then silence (the socket stays open).
+    let t = Instant::now();
+    let a = answer(b"POST /w/abc/sum HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\nconnection: close\r\n\r\n0123456789").await;
+    assert!(a.starts_with("HTTP/1.1 408"), "{a}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    // A chunked body with a size line that is not hex: 400.
+    let a = answer(b"POST /w/abc/sum HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\nzz\r\n").await;
+    assert!(a.starts_with("HTTP/1.1 400"), "{a}");
 }
 
 #[tokio::test]

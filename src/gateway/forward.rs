@@ -36,7 +36,10 @@ where
         return answer(StatusCode::NOT_FOUND, "unknown worker");
     }
     let Some(handle) = inner.registry.handle(worker.as_str()) else {
-        return answer(StatusCode::SERVICE_UNAVAILABLE, "worker not connected");
+        return retry_soon(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "worker not connected",
+        ));
     };
     let (sink, response) = match handle.send_request(head) {
         Ok(x) => x,
@@ -48,8 +51,17 @@ where
     let resp = match response.await {
         Ok(r) => r,
         Err(e) => {
-            upload.abort();
             tracing::debug!("worker {worker}: request failed before its response: {e}");
+            // An upload that went silent: 408, as nginx's client_body_timeout.
+            // The task ended as it dropped the sink; its result is moments away.
+            if matches!(e, RelayError::RequestAborted) {
+                let ended = tokio::time::timeout(Duration::from_secs(1), upload).await;
+                if let Ok(Ok(UploadEnd::Stalled)) = ended {
+                    return answer(StatusCode::REQUEST_TIMEOUT, "the request body stalled");
+                }
+            } else {
+                upload.abort();
+            }
             return refusal(&e);
         }
     };
@@ -68,20 +80,38 @@ where
 /// [`RelayError::status`], with `Retry-After: 1` on a 503.
 fn refusal(e: &RelayError) -> Response<GatewayBody> {
     let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut resp = answer(status, &e.to_string());
+    let resp = answer(status, &e.to_string());
     if status == StatusCode::SERVICE_UNAVAILABLE {
-        resp.headers_mut().insert(
-            http::header::RETRY_AFTER,
-            http::HeaderValue::from_static("1"),
-        );
+        return retry_soon(resp);
     }
     resp
 }
 
-/// Streams the caller's body to the worker. A body that fails (a reset, a
-/// malformed chunked encoding) or sends nothing for `timeout` drops the
-/// sink unclosed: the stream is aborted and the caller answered 400.
-async fn upload<B>(body: B, mut sink: RequestSink, timeout: Duration)
+/// Every 503 says when to come back (`Retry-After: 1`): a worker not
+/// connected is usually reconnecting, a busy one frees streams soon.
+fn retry_soon(mut resp: Response<GatewayBody>) -> Response<GatewayBody> {
+    resp.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    resp
+}
+
+/// How an upload ended.
+#[derive(Debug, PartialEq, Eq)]
+enum UploadEnd {
+    /// Sent whole, or the worker stopped taking it.
+    Done,
+    /// The caller's body failed (a reset, a malformed chunked encoding).
+    Failed,
+    /// The caller sent nothing for the upload timeout.
+    Stalled,
+}
+
+/// Streams the caller's body to the worker. A body that fails or stalls
+/// drops the sink unclosed: the stream is aborted, and the caller answered
+/// 400 (failed) or 408 (stalled) unless the response had begun.
+async fn upload<B>(body: B, mut sink: RequestSink, timeout: Duration) -> UploadEnd
 where
     B: Body,
     B::Error: Into<BoxError>,
@@ -95,11 +125,13 @@ where
                 Err(_) => continue, // trailers: not forwarded
             },
             Ok(None) => break,
-            Ok(Some(Err(_))) | Err(_) => return,
+            Ok(Some(Err(_))) => return UploadEnd::Failed,
+            Err(_) => return UploadEnd::Stalled,
         };
         if !data.is_empty() && sink_ext::send(&mut sink, data).await.is_err() {
-            return;
+            return UploadEnd::Done;
         }
     }
     let _ = sink_ext::close(&mut sink).await;
+    UploadEnd::Done
 }
