@@ -12,8 +12,10 @@
 //!   connection lives on its own task, registered under its worker.
 //! - [`Forward`] forwards a caller's request `/w/<id>/<path>?<query>` to
 //!   worker `<id>` and streams the answer back as a [`GatewayBody`]: 404 for
-//!   an unknown worker or path, 503 for one that is not connected or busy,
-//!   502 when the worker fails; a response the worker aborts after it
+//!   an unknown worker or path, 503 (`Retry-After: 1`) for one that is not
+//!   connected or busy, 400 for a caller's body that fails and 408 for one
+//!   silent past [`GatewayBuilder::upload_timeout`] (unless the worker has
+//!   answered by then), 502 when the worker fails; a response the worker aborts after it
 //!   started ends with an error, so the caller sees it fail.
 //!
 //! [`Gateway::service`] is both behind one service (by path: the connect
@@ -140,7 +142,8 @@ impl GatewayBuilder {
     }
 
     /// How long a caller's request body may send nothing before the
-    /// request is aborted (default 60 s, as nginx's `client_body_timeout`).
+    /// request is aborted and the caller answered 408 (default 60 s, as
+    /// nginx's `client_body_timeout`).
     pub fn upload_timeout(mut self, timeout: Duration) -> Self {
         self.upload_timeout = timeout;
         self
