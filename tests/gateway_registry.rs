@@ -2,6 +2,10 @@
 //! the same worker does under each `DuplicatePolicy`, the presence news,
 //! and that a connection's end always leaves the registry clean.
 
+#[path = "common/mem.rs"]
+#[allow(dead_code)]
+mod mem;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast::error::RecvError;
@@ -132,6 +136,50 @@ async fn refuse_answers_503_so_the_worker_retries_until_the_old_one_is_gone() {
         assert!(Instant::now() < end);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A connection refused after its upgrade (here: a socket handed to
+/// `attach` while the worker is connected, under `Refuse`) is closed with
+/// 1013 "try again later", not dropped without a word.
+#[tokio::test]
+async fn a_connection_refused_after_the_upgrade_is_closed_with_1013() {
+    use futures_util::{SinkExt, StreamExt};
+    use worker_relay::frame::{CloseFrame, Message};
+    let (addr, gateway) = relay(DuplicatePolicy::Refuse).await;
+    let first = connect(addr).await.unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    while !gateway.is_connected("abc") {
+        assert!(Instant::now() < end);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (relay_side, mut worker_side) = mem::socket_pair();
+    let g = gateway.clone();
+    let attached = tokio::spawn(async move { g.attach(abc(), relay_side).await.is_none() });
+    let got = tokio::time::timeout(Duration::from_secs(5), worker_side.rx.next())
+        .await
+        .expect("a message within 5 s");
+    let Some(Message::Close(Some(frame))) = got else {
+        panic!("expected a close, got {got:?}");
+    };
+    assert_eq!(frame.code, CloseCode::TRY_AGAIN_LATER);
+    // The close handshake completes at once when answered.
+    let _ = worker_side
+        .tx
+        .send(Message::Close(Some(CloseFrame {
+            code: frame.code,
+            reason: String::new(),
+        })))
+        .await;
+    let refused = tokio::time::timeout(Duration::from_secs(2), attached)
+        .await
+        .expect("attach returns once the close is answered")
+        .unwrap();
+    assert!(refused, "attach says the policy refused it");
+    assert!(
+        !first.is_finished(),
+        "the registered connection was disturbed"
+    );
+    assert!(gateway.is_connected("abc"));
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 
 use super::{answer, GatewayBody, Inner};
 use crate::connect::{decide_upgrade_at, ConnectTarget, WorkerId};
-use crate::frame::{latin1_to_string, Message, SUBPROTOCOL};
+use crate::frame::{latin1_to_string, CloseCode, Message, SUBPROTOCOL};
 use crate::rt::{self, DriverError, TokioTimer};
 use crate::ws::WsSocket;
 use futures_core::Stream;
@@ -13,6 +13,9 @@ use http::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::sync::Arc;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+/// How long a refused connection's close may take before its socket is dropped.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Answers a worker's upgrade request and, on 101, spawns the connection's
 /// task. Needs a hyper server with upgrades enabled (hyper's
@@ -157,8 +160,15 @@ where
         inner.relay.clone(),
         inner.overflow.clone(),
     );
-    let Some(mut registration) = inner.registry.register(worker.clone(), handle) else {
+    let Some(mut registration) = inner.registry.register(worker.clone(), handle.clone()) else {
+        // Refused after the 101 (a race with another connection, or a
+        // socket given to `attach`): say so with a close, not a bare drop.
         tracing::info!("worker {worker}: refused a second connection while connected");
+        handle.close(
+            CloseCode::TRY_AGAIN_LATER,
+            "another connection of this worker is registered",
+        );
+        let _ = tokio::time::timeout(CLOSE_WAIT, driver).await;
         return None;
     };
     tracing::info!("worker {worker} connected");
