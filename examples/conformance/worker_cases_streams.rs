@@ -325,7 +325,14 @@ async fn discard_unread(ctx: &mut WorkerCtx) -> Outcome {
     c.until(STEP, |m| m.get(&k).is_some_and(|s| s.status.is_some()))
         .await;
     let status = c.streams.get(&k).and_then(|s| s.status);
-    if status != Some(401) {
+    let Some(status) = status else {
+        let _ = c.send_control(&ControlFrame::Abort { id }).await;
+        return Outcome::Fail(format!(
+            "no response within {} s to a request without a worker token",
+            STEP.as_secs()
+        ));
+    };
+    if status != 401 {
         let _ = c.send_control(&ControlFrame::Abort { id }).await;
         return Outcome::Skip(format!("the app answered {status:?} without a worker token (not 401): is the worker's STRATA_WORKER_TOKEN set?"));
     }
@@ -457,16 +464,19 @@ async fn malformed(ctx: &mut WorkerCtx) -> Outcome {
         WsMsg::Binary(vec![0u8, 0, 0, 0, 1, 2, 3].into()),
     ];
     let n = msgs.len();
+    let before: Vec<u32> = c.streams.keys().copied().collect();
     if let Err(e) = c.send_all(msgs).await {
         return Outcome::Fail(format!("the connection broke: {e}"));
     }
     let back = c.responsive(STEP).await;
-    // Only 80 (a path without /) may be answered, with a 400.
+    // Only 80 (a path without /) may be answered, with a 400: any other new
+    // stream is an answer to a malformed id (77, a wrapped -78, a truncated
+    // 2^32, …), whatever the worker made of it.
     let answered: Vec<u32> = c
         .streams
         .keys()
         .copied()
-        .filter(|k| matches!(k, 77..=79))
+        .filter(|k| *k != 80 && !before.contains(k) && !c.issued(*k))
         .collect();
     let p80 = c.streams.get(&80).and_then(|s| s.status);
     let closed = c.closed;

@@ -283,6 +283,11 @@ impl WorkerCtx {
 }
 
 impl Conn {
+    /// Whether the kit handed out `id` on this connection (its ids start at 101).
+    pub fn issued(&self, id: u32) -> bool {
+        (101..=self.next_id).contains(&id)
+    }
+
     pub fn fresh_id(&mut self) -> StreamId {
         self.next_id += 1;
         StreamId::new(self.next_id).expect("nonzero")
