@@ -55,6 +55,20 @@ mod tests {
     }
 
     #[test]
+    fn consecutive_keys_spread_over_the_buckets() {
+        // hashbrown picks the bucket from the low bits: 4,096 consecutive
+        // keys in 4,096 buckets must not pile up (a constant or identity-like
+        // hash would put them all in a few).
+        let b = BuildHasherDefault::<LocalHasher>::default();
+        let mut load = vec![0u32; 4096];
+        for k in 1..=4096u64 {
+            load[(b.hash_one(k) & 4095) as usize] += 1;
+        }
+        let worst = load.iter().max().copied().unwrap_or(0);
+        assert!(worst <= 8, "a bucket holds {worst} of 4,096 keys");
+    }
+
+    #[test]
     fn a_local_map_works_as_a_map() {
         let mut m: LocalMap<u64, u64> = LocalMap::default();
         for k in 0..10_000 {
