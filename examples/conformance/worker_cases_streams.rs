@@ -415,6 +415,13 @@ async fn abort_request(ctx: &mut WorkerCtx) -> Outcome {
     }
     c.pump(Duration::from_millis(200)).await;
     tryf!(c.send_control(&ControlFrame::Abort { id }).await);
+    if strata {
+        // The rest of the body (short of its Content-Length) and `end`: a
+        // worker that honoured the abort ignores them (no such stream); one
+        // that kept the stream now answers or fails it, which shows.
+        tryf!(c.send_chunk(id, b"--conformance--\r\n").await);
+        tryf!(c.send_control(&ControlFrame::End { id }).await);
+    }
     c.pump(Duration::from_millis(2500)).await;
     let after = c.streams.get(&id.get()).cloned();
     let back = c.responsive(STEP).await;
