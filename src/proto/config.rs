@@ -84,6 +84,11 @@ macro_rules! config_builder {
 }
 pub(crate) use config_builder;
 
+/// How long a closing connection may take to hand its last messages (the
+/// close message last) to a peer before the transport is dropped: 5 s, as
+/// nginx's `lingering_timeout`.
+pub(crate) const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The settings both machines have, with the same defaults and checks
 /// (each config embeds one and exposes it through `common_accessors!`).
 #[derive(Debug, Clone)]
@@ -97,6 +102,7 @@ pub(crate) struct Common {
     pub chunk_size: usize,
     pub keepalive: Option<KeepaliveConfig>,
     pub head_limits: HeadLimits,
+    pub close_timeout: Duration,
 }
 
 impl Default for Common {
@@ -111,6 +117,7 @@ impl Default for Common {
             chunk_size: MAX_CHUNK_BODY,
             keepalive: Some(KeepaliveConfig::default()),
             head_limits: HeadLimits::default(),
+            close_timeout: DEFAULT_CLOSE_TIMEOUT,
         }
     }
 }
@@ -150,7 +157,8 @@ impl Common {
         at_least_one("head_limits.max_headers", l.max_headers as u64)?;
         at_least_one("head_limits.max_head_bytes", l.max_head_bytes as u64)?;
         at_least_one("head_limits.max_target_len", l.max_target_len as u64)?;
-        at_least_one("head_limits.max_method_len", l.max_method_len as u64)
+        at_least_one("head_limits.max_method_len", l.max_method_len as u64)?;
+        positive("close_timeout", self.close_timeout)
     }
 }
 
@@ -193,6 +201,15 @@ macro_rules! common_accessors {
             /// worker answers a request over them itself. Every bound must be
             /// at least 1.
             head_limits: $crate::frame::HeadLimits,
+            /// How long a closing connection may wait for the peer to take
+            /// what is left to send (the close message last) and for the
+            /// socket to close: past it, the machine's `close_timed_out()`
+            /// turns true and a driver drops the transport, whatever is still unsent. It runs
+            /// from the moment the connection starts closing, whoever closed
+            /// it, so a peer that stops reading cannot keep a closing
+            /// connection (its task, socket and buffers) alive. Default 5 s
+            /// (nginx's `lingering_timeout`); longer than zero.
+            close_timeout: std::time::Duration,
         );
     };
     (@each $builder:ident $cfg:ident $( $(#[$doc:meta])* $field:ident : $ty:ty ),* $(,)?) => {

@@ -43,6 +43,12 @@ pub(crate) struct Core {
     pub now: Option<Instant>,
     /// When the socket last took a message from us.
     last_taken: Option<Instant>,
+    /// How long a closing connection may take (`close_timeout`).
+    close_timeout: std::time::Duration,
+    /// When the close gives up waiting (set once closed and the time is known).
+    close_deadline: Option<Instant>,
+    /// The close deadline passed: the transport is to be dropped.
+    pub close_timed_out: bool,
 }
 
 impl Core {
@@ -58,6 +64,9 @@ impl Core {
             cause: None,
             now: None,
             last_taken: None,
+            close_timeout: config.close_timeout,
+            close_deadline: None,
+            close_timed_out: false,
             out,
             keepalive_config: keepalive,
             keepalive: None,
@@ -128,11 +137,20 @@ impl Core {
         })
     }
 
-    /// Time only moves forward.
+    /// Time only moves forward. A connection closed before any time was
+    /// known starts its close deadline now.
     pub fn advance(&mut self, now: Instant) -> Instant {
         let now = self.now.map_or(now, |t| t.max(now));
         self.now = Some(now);
+        if self.closed && self.close_deadline.is_none() {
+            self.start_close_deadline();
+        }
         now
+    }
+
+    fn start_close_deadline(&mut self) {
+        // A timeout too long to add means no deadline.
+        self.close_deadline = self.now.and_then(|t| t.checked_add(self.close_timeout));
     }
 
     /// Advances time: arms the keepalive on the first call, queues a due ping
@@ -149,6 +167,9 @@ impl Core {
     pub fn handle_timeout(&mut self, now: Instant, paused: bool) -> bool {
         let now = self.advance(now);
         if self.closed {
+            if self.close_deadline.is_some_and(|d| d <= now) {
+                self.close_timed_out = true;
+            }
             return false;
         }
         let Some(cfg) = self.keepalive_config else {
@@ -172,10 +193,11 @@ impl Core {
         ka.is_dead()
     }
 
-    /// When the keepalive wants `handle_timeout` next.
+    /// When the keepalive (or, once closed, the close deadline) wants
+    /// `handle_timeout` next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.closed {
-            return None;
+            return self.close_deadline.filter(|_| !self.close_timed_out);
         }
         self.keepalive.as_ref().and_then(Keepalive::poll_timeout)
     }
@@ -189,6 +211,7 @@ impl Core {
         }
         self.closed = true;
         self.cause = Some(cause);
+        self.start_close_deadline();
         self.closing = close.map(|(code, reason)| {
             Message::Close(Some(CloseFrame {
                 code,
@@ -246,6 +269,25 @@ macro_rules! machine_common {
         /// close message, if any, is the last one `poll_transmit` returns).
         pub fn is_closed(&self) -> bool {
             self.core.closed
+        }
+
+        /// Whether the connection, closed, has not finished closing within
+        /// its `close_timeout`: the peer has not taken what was left to send
+        /// (the close message last), or the socket has not closed. Drop the
+        /// transport now, whatever is still unsent. Set by `handle_timeout`
+        /// at the deadline (`poll_timeout` gives it once closed).
+        pub fn close_timed_out(&self) -> bool {
+            self.core.close_timed_out
+        }
+
+        /// Tells the machine the time without running its deadlines (that
+        /// is `handle_timeout`'s job): the commands that follow act at `now`
+        /// (`read_body` and `send_body` restart a stall deadline from it,
+        /// `close` starts the close deadline). `handle_message` and
+        /// `handle_timeout` advance it too; call this before commands issued
+        /// long after the last input. Time only moves forward.
+        pub fn advance_time(&mut self, now: Instant) {
+            self.core.advance(now);
         }
 
         /// Body bytes `send_body` would take now on this stream.

@@ -78,6 +78,8 @@ pub(crate) struct RelayHarness {
     expect_end: BTreeMap<StreamKey, (RelayEnd, bool)>,
     expect_response: BTreeMap<StreamKey, ResponseHead>,
     closed: bool,
+    /// When the machine closed (its close deadline runs from then).
+    closed_at: Option<Instant>,
     expect_close: Option<u16>,
     last_ping: Option<Bytes>,
     bytes_in: u64,
@@ -191,6 +193,7 @@ impl RelayHarness {
             expect_end: BTreeMap::new(),
             expect_response: BTreeMap::new(),
             closed: false,
+            closed_at: None,
             expect_close: None,
             last_ping: None,
             bytes_in: 0,
@@ -309,6 +312,11 @@ impl RelayHarness {
         self.after_step();
     }
 
+    /// The close deadline the machine runs once closed.
+    fn close_deadline(&self) -> Option<Instant> {
+        self.closed_at?.checked_add(self.cfg.close_timeout())
+    }
+
     fn advance(&mut self, c: &mut Cursor<'_>) {
         let d = gen_duration(c);
         if c.u8() % 4 == 0 {
@@ -320,6 +328,10 @@ impl RelayHarness {
         let was_closed = self.r.is_closed();
         trace!("relay: handle_timeout(+{:?})", self.now - base_instant());
         self.r.handle_timeout(self.now);
+        // Past the close deadline, the transport is to be dropped.
+        if let Some(d) = self.close_deadline() {
+            assert_eq!(self.r.close_timed_out(), d <= self.now, "close deadline");
+        }
         if !was_closed && self.r.is_closed() {
             assert!(
                 self.cfg.keepalive().is_some(),

@@ -346,6 +346,7 @@ impl RelayHarness {
     pub(super) fn after_step(&mut self) {
         if self.r.is_closed() && !self.closed {
             self.closed = true;
+            self.closed_at = Some(self.now);
             let live: Vec<StreamKey> = self.ids_live.values().copied().collect();
             for key in live {
                 self.end_on_wire(key, RelayEnd::ConnectionLost, false);
@@ -460,7 +461,10 @@ impl RelayHarness {
         assert!(s.body_queued_out <= self.cfg.max_queued().max(1) as u64);
         assert!(s.body_queued_out_max <= self.cfg.max_queued().max(1) as u64);
         if self.closed {
-            assert_eq!(self.r.poll_timeout(), None);
+            // Closed, the only timer left is the close deadline,
+            // until it has passed.
+            let deadline = self.close_deadline().filter(|_| !self.r.close_timed_out());
+            assert_eq!(self.r.poll_timeout(), deadline);
         }
     }
 

@@ -75,6 +75,8 @@ pub(crate) struct WorkerHarness {
     protocol_errors: u64,
     expect_end: BTreeMap<StreamKey, WorkerEnd>,
     closed: bool,
+    /// When the machine closed (its close deadline runs from then).
+    closed_at: Option<Instant>,
     expect_close: Option<u16>,
     last_ping: Option<Bytes>,
     bytes_in: u64,
@@ -168,6 +170,7 @@ impl WorkerHarness {
             protocol_errors: 0,
             expect_end: BTreeMap::new(),
             closed: false,
+            closed_at: None,
             expect_close: None,
             last_ping: None,
             bytes_in: 0,
@@ -340,6 +343,11 @@ impl WorkerHarness {
         id
     }
 
+    /// The close deadline the machine runs once closed.
+    fn close_deadline(&self) -> Option<Instant> {
+        self.closed_at?.checked_add(self.cfg.close_timeout())
+    }
+
     fn advance(&mut self, c: &mut Cursor<'_>) {
         let d = gen_duration(c);
         if c.u8() % 4 == 0 {
@@ -351,6 +359,10 @@ impl WorkerHarness {
         let was_closed = self.w.is_closed();
         trace!("worker: handle_timeout(+{:?})", self.now - base_instant());
         self.w.handle_timeout(self.now);
+        // Past the close deadline, the transport is to be dropped.
+        if let Some(d) = self.close_deadline() {
+            assert_eq!(self.w.close_timed_out(), d <= self.now, "close deadline");
+        }
         let t = self.w.poll_timeout();
         if let Some(t) = t {
             assert!(

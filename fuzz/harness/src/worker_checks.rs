@@ -280,6 +280,7 @@ impl WorkerHarness {
     pub(super) fn after_step(&mut self) {
         if self.w.is_closed() && !self.closed {
             self.closed = true;
+            self.closed_at = Some(self.now);
             self.refusals.clear();
             self.proto_aborts.clear();
             for key in &self.live_keys {
@@ -407,7 +408,10 @@ impl WorkerHarness {
         assert!(s.body_buffered_in_max >= s.body_buffered_in);
         if self.closed {
             assert_eq!(live, 0);
-            assert_eq!(self.w.poll_timeout(), None);
+            // Closed, the only timer left is the close deadline,
+            // until it has passed.
+            let deadline = self.close_deadline().filter(|_| !self.w.close_timed_out());
+            assert_eq!(self.w.poll_timeout(), deadline);
         }
     }
 

@@ -486,10 +486,11 @@ impl RelayConnection {
     }
 
     /// When `handle_timeout` wants to be called next (`None`: no timer):
-    /// the keepalive, the earliest stall deadline, the read-pause bound.
+    /// the keepalive, the earliest stall deadline, the read-pause bound;
+    /// once closed, the close deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.core.closed {
-            return None;
+            return self.core.poll_timeout();
         }
         let stall = self
             .stalls
