@@ -45,14 +45,16 @@
 //! | kind | relay | worker |
 //! |---|---|---|
 //! | inputs from the socket | `handle_message(msg, now)`, `handle_lost()` | same |
-//! | input from the clock | `handle_timeout(now)` | same |
+//! | input from the clock | `handle_timeout(now)` (runs deadlines), `advance_time(now)` (only tells the time) | same |
 //! | application commands | `open_stream`, `send_body`, `finish`, `abort`, `read_body`, `refill`, `close` | `respond`, `send_body`, `finish`, `fail`, `read_body`, `discard_body`, `close` |
 //! | drains | `poll_transmit()`, `poll_event()`, `poll_spill()`, `poll_timeout()` | `poll_transmit()`, `poll_event()`, `poll_timeout()` |
-//! | getters | `wants_read()`, `send_capacity(key)`, `is_closed()`, `close_cause()`, `stats()` | same |
+//! | getters | `wants_read()`, `send_capacity(key)`, `is_closed()`, `close_cause()`, `close_timed_out()`, `stats()` | same |
 //!
 //! Each turn of the loop:
 //!
-//! 1. apply the application's commands;
+//! 1. apply the application's commands (after `advance_time(now)` when time
+//!    may have passed since the last input: a deadline a command restarts,
+//!    such as a stream's stall deadline on `read_body`, counts from then);
 //! 2. drain `poll_transmit()` into the socket until it returns `None` (or the
 //!    socket is full: the messages wait inside the machine, bounded); a relay
 //!    with an overflow configured also drains `poll_spill()` into its
@@ -70,7 +72,11 @@
 //! The deadlines behind `poll_timeout()` are the keepalive (both sides) and,
 //! on the relay, each stream's stall deadline and the read-pause bound: a
 //! caller that does not keep up costs only its own stream
-//! ([`proto::RelayConnection`] has the details).
+//! ([`proto::RelayConnection`] has the details). Once a connection is
+//! closed (by either side), the only deadline is its close deadline
+//! (`close_timeout`, 5 s): past it `close_timed_out()` is true, and the
+//! driver drops the transport without waiting any longer for a peer that
+//! does not read its close.
 //! A panic is a bug in this crate, never the result of peer input.
 //!
 //! Here is a complete loop: a relay and a worker connected by two in-memory

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -19,6 +20,8 @@ pub(crate) trait Machine {
     fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError>;
     fn handle_lost(&mut self);
     fn handle_timeout(&mut self, now: Instant);
+    fn advance_time(&mut self, now: Instant);
+    fn close_timed_out(&self) -> bool;
     fn poll_transmit(&mut self) -> Option<Message>;
     fn poll_timeout(&self) -> Option<Instant>;
     fn wants_read(&self) -> bool;
@@ -40,6 +43,12 @@ macro_rules! impl_machine {
             }
             fn handle_timeout(&mut self, now: Instant) {
                 <$t>::handle_timeout(self, now)
+            }
+            fn advance_time(&mut self, now: Instant) {
+                <$t>::advance_time(self, now)
+            }
+            fn close_timed_out(&self) -> bool {
+                <$t>::close_timed_out(self)
             }
             fn poll_transmit(&mut self) -> Option<Message> {
                 <$t>::poll_transmit(self)
@@ -119,12 +128,18 @@ pub enum DriverError<E> {
     /// The peer sent a message over 1 MiB + 4 bytes; closed with 1009.
     #[error("the peer sent a message over 1 MiB + 4 bytes (closed with 1009)")]
     MessageTooBig,
+    /// The connection was closing (by either side, for this reason) and
+    /// did not finish within its `close_timeout`: the peer took nothing
+    /// more (not even the close message) or the socket did not close. The
+    /// transport was dropped, whatever was still unsent.
+    #[error("{0}, and the close did not complete in time: the transport was dropped")]
+    CloseTimeout(crate::proto::CloseCause),
 }
 
-/// The socket half of a driver, with its sleep.
-pub(crate) struct Io<S, T> {
+/// The socket half of a driver, with its clock and sleep.
+pub(crate) struct Io<S> {
     pub socket: S,
-    pub timer: T,
+    pub timer: Arc<dyn Timer>,
     sleep: Option<(Instant, Sleep)>,
     /// A message taken from the machine that the socket has not accepted yet.
     pending: Option<Message>,
@@ -152,8 +167,8 @@ pub(crate) enum Pass<E> {
     Done(Result<Closed, DriverError<E>>),
 }
 
-impl<S, T> Io<S, T> {
-    pub fn new(socket: S, timer: T) -> Io<S, T> {
+impl<S> Io<S> {
+    pub fn new(socket: S, timer: Arc<dyn Timer>) -> Io<S> {
         Io {
             socket,
             timer,
@@ -166,36 +181,44 @@ impl<S, T> Io<S, T> {
     }
 }
 
-impl<S, T, E> Io<S, T>
+impl<S, E> Io<S>
 where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
-    T: Timer,
 {
     /// One pass over the socket and the timer. Bounded: it reads at most
     /// [`READS_PER_PASS`] messages, so a peer that floods cannot keep the
     /// driver (and the lock the handles share with it) to itself.
     pub fn poll_io<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> Pass<E> {
+        let now = self.timer.now();
         if !self.started {
             // Arms the machine's timers (the keepalive).
             self.started = true;
-            m.handle_timeout(self.timer.now());
+            m.handle_timeout(now);
+        } else {
+            // What the machine sends now, it sends at this time.
+            m.advance_time(now);
         }
         let mut progress = match self.transmit(m, cx) {
             Ok(moved) => moved,
             Err(done) => return done,
         };
-        // A peer declared dead does not read: nothing more is flushed to it.
-        if m.close_cause().is_some_and(CloseCause::is_abrupt) {
-            self.pending = None;
-            return Pass::Done(Err(DriverError::KeepaliveTimeout));
+        if let Some(done) = self.abandon(m) {
+            return done;
         }
-        // Closed: once everything (the close message last) is flushed, close the socket.
-        if m.is_closed() && self.pending.is_none() {
-            return match Pin::new(&mut self.socket).poll_close(cx) {
-                Poll::Ready(_) => Pass::Done(outcome(m.close_cause())),
-                Poll::Pending if progress => Pass::Progress,
-                Poll::Pending => Pass::Idle,
-            };
+        // Closed: once everything (the close message last) is flushed,
+        // close the socket; the close deadline bounds both.
+        if m.is_closed()
+            && self.pending.is_none()
+            && Pin::new(&mut self.socket).poll_close(cx).is_ready()
+        {
+            return Pass::Done(outcome(m.close_cause()));
+        }
+        if m.is_closed() {
+            progress |= self.tick(m, cx);
+            if let Some(done) = self.abandon(m) {
+                return done;
+            }
+            return if progress { Pass::Progress } else { Pass::Idle };
         }
         progress |= match self.receive(m, cx) {
             Ok(moved) => moved,
@@ -207,6 +230,22 @@ where
         } else {
             Pass::Idle
         }
+    }
+
+    /// Whether to drop the transport at once, whatever waits to be written:
+    /// a peer declared dead does not read, and a close past its deadline
+    /// has waited long enough.
+    fn abandon<M: Machine>(&mut self, m: &M) -> Option<Pass<E>> {
+        let err = if m.close_cause().is_some_and(CloseCause::is_abrupt) {
+            DriverError::KeepaliveTimeout
+        } else if m.close_timed_out() {
+            let cause = m.close_cause().cloned().unwrap_or(CloseCause::Lost);
+            DriverError::CloseTimeout(cause)
+        } else {
+            return None;
+        };
+        self.pending = None;
+        Some(Pass::Done(Err(err)))
     }
 
     /// Hands the machine's messages to the socket while it accepts them,

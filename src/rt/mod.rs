@@ -17,9 +17,14 @@
 //! slow reader's response to an [`Overflow`] store ([`MemoryOverflow`] by
 //! default; temporary files in the examples) so the other streams never wait.
 //! The drivers end with [`Closed`] (who closed, with which code) or a
-//! [`DriverError`] (socket error, keepalive timeout, oversized message); a
-//! peer found dead by the keepalive is dropped at once, even with a write
-//! pending.
+//! [`DriverError`] (socket error, keepalive timeout, oversized message, a
+//! close that did not complete in time); a peer found dead by the
+//! keepalive is dropped at once, even with a write pending, and a closing
+//! connection (closed by either side) is dropped at its close deadline
+//! (`close_timeout`, 5 s) if the peer has not taken the close by then.
+//! Before each command a handle passes to the machine, the driver's clock
+//! is read ([`Timer::now`]), so the deadlines a command restarts count from
+//! when it was issued.
 //!
 //! # Sending a request with a body
 //!

@@ -7,7 +7,8 @@ use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{Message, RequestHead, ResponseHead};
 use crate::proto::{
-    FinishError, OpenError, RelayConfig, RelayConnection, RelayEnd, RelayEvent, Stats, StreamKey,
+    CloseCause, FinishError, OpenError, RelayConfig, RelayConnection, RelayEnd, RelayEvent, Stats,
+    StreamKey,
 };
 use bytes::Bytes;
 use futures_core::Stream;
@@ -86,6 +87,7 @@ struct Shared {
     slots: HashMap<StreamKey, Slot>,
     driver: Option<Waker>,
     overflow: Arc<dyn Overflow>,
+    clock: Arc<dyn Timer>,
 }
 
 impl Shared {
@@ -140,6 +142,10 @@ impl Side for Shared {
 
     fn driver_waker(&mut self) -> &mut Option<Waker> {
         &mut self.driver
+    }
+
+    fn clock(&self) -> &dyn Timer {
+        &*self.clock
     }
 
     fn write_error(&self, key: StreamKey) -> Option<BodyError> {
@@ -308,17 +314,19 @@ where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
     T: Timer,
 {
+    let clock: Arc<dyn Timer> = Arc::new(timer);
     let shared = Arc::new(Mutex::new(Shared {
         conn: RelayConnection::new(config),
         slots: HashMap::new(),
         driver: None,
         overflow,
+        clock: clock.clone(),
     }));
     (
         RelayHandle {
             shared: shared.clone(),
         },
-        RelayDriver::new(shared, socket, timer),
+        RelayDriver::new(shared, socket, clock),
     )
 }
 
@@ -406,9 +414,20 @@ impl RelayHandle {
         lock(&self.shared).conn.stats()
     }
 
-    /// Closes the connection; requests in flight fail with [`RelayError::WorkerGone`].
+    /// Why the connection closed, once it has started closing (it may
+    /// still be flushing its close message, for at most its
+    /// `close_timeout`).
+    pub fn close_cause(&self) -> Option<CloseCause> {
+        lock(&self.shared).conn.close_cause().cloned()
+    }
+
+    /// Closes the connection; requests in flight fail with
+    /// [`RelayError::WorkerGone`]. The close message goes out after what is
+    /// queued; a worker that takes none of it within the connection's
+    /// `close_timeout` has its transport dropped.
     pub fn close(&self, code: crate::frame::CloseCode, reason: &str) {
         let mut sh = lock(&self.shared);
+        sh.stamp();
         sh.conn.close(code, reason);
         sh.dispatch();
         sh.wake_driver();
@@ -443,6 +462,7 @@ impl Drop for RequestSink {
     fn drop(&mut self) {
         if !self.core.closed {
             let mut sh = lock(&self.guard.shared);
+            sh.stamp();
             sh.conn.abort(self.guard.key);
             if let Some(slot) = sh.slots.get_mut(&self.guard.key) {
                 // Whoever awaits the response learns it will not come.

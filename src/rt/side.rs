@@ -62,6 +62,8 @@ pub(crate) trait Side {
     /// Turns the machine's events into wake-ups.
     fn dispatch(&mut self);
     fn driver_waker(&mut self) -> &mut Option<Waker>;
+    /// The driver's clock.
+    fn clock(&self) -> &dyn Timer;
     /// The driver has stopped.
     fn done(&mut self) {}
     /// Why the stream's output can no longer be written, if it cannot.
@@ -75,11 +77,20 @@ pub(crate) trait Side {
     /// The last handle on the stream went away.
     fn release(&mut self, key: StreamKey);
 
+    /// Tells the machine the time before a command: a deadline the command
+    /// (re)starts counts from now, not from the last input.
+    fn stamp(&mut self) {
+        let now = self.clock().now();
+        self.conn().advance_time(now);
+    }
+
     fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
+        self.stamp();
         self.conn().send_body(key, data)
     }
 
     fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
+        self.stamp();
         self.conn().finish(key)
     }
 
@@ -104,7 +115,9 @@ pub(crate) struct Guard<Sh: Side> {
 
 impl<Sh: Side> Drop for Guard<Sh> {
     fn drop(&mut self) {
-        lock(&self.shared).release(self.key);
+        let mut sh = lock(&self.shared);
+        sh.stamp();
+        sh.release(self.key);
     }
 }
 
@@ -120,6 +133,7 @@ pub(crate) fn poll_body<Sh: Side>(
     }
     let mut sh = lock(&guard.shared);
     let key = guard.key;
+    sh.stamp();
     match sh.conn().read_body(key) {
         BodyRead::Data(d) => {
             // Reading may have un-paused the socket.
@@ -150,14 +164,21 @@ macro_rules! driver_future {
         $(#[$doc])*
         pub struct $name<S, T> {
             shared: std::sync::Arc<std::sync::Mutex<$shared>>,
-            io: $crate::rt::driver::Io<S, T>,
+            io: $crate::rt::driver::Io<S>,
+            /// The clock is shared with the handles, behind `dyn Timer`.
+            _timer: std::marker::PhantomData<fn() -> T>,
         }
 
         impl<S, T> $name<S, T> {
-            fn new(shared: std::sync::Arc<std::sync::Mutex<$shared>>, socket: S, timer: T) -> Self {
+            fn new(
+                shared: std::sync::Arc<std::sync::Mutex<$shared>>,
+                socket: S,
+                timer: std::sync::Arc<dyn $crate::rt::Timer>,
+            ) -> Self {
                 $name {
                     shared,
                     io: $crate::rt::driver::Io::new(socket, timer),
+                    _timer: std::marker::PhantomData,
                 }
             }
         }
@@ -167,7 +188,7 @@ macro_rules! driver_future {
             S: futures_core::Stream<Item = Result<$crate::frame::Message, E>>
                 + futures_sink::Sink<$crate::frame::Message, Error = E>
                 + Unpin,
-            T: $crate::rt::Timer + Unpin,
+            T: $crate::rt::Timer,
         {
             type Output = Result<$crate::rt::Closed, $crate::rt::DriverError<E>>;
 
@@ -190,15 +211,14 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// One poll of a driver: socket and timer passes until nothing moves, at
 /// most [`PASSES_PER_POLL`] of them.
-pub(crate) fn poll_driver<Sh, S, T, E>(
+pub(crate) fn poll_driver<Sh, S, E>(
     shared: &Mutex<Sh>,
-    io: &mut Io<S, T>,
+    io: &mut Io<S>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<Closed, DriverError<E>>>
 where
     Sh: Side,
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
-    T: Timer,
 {
     let mut sh = lock(shared);
     *sh.driver_waker() = Some(cx.waker().clone());

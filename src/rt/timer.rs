@@ -9,8 +9,14 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The clock and sleeps of the caller's runtime.
 ///
-/// For tokio: `now` is `Instant::now()` and `sleep_until` is
+/// `now` must be the clock the sleeps follow (a driver that reads one clock
+/// and sleeps on another wakes before its deadline, again and again). For
+/// tokio (`TokioTimer`, feature `tokio`): `now` is
+/// `tokio::time::Instant::now().into_std()` and `sleep_until` is
 /// `Box::pin(tokio::time::sleep_until(deadline.into()))`.
+///
+/// The drivers read `now` before each command they pass to the machine, so
+/// keep it cheap.
 pub trait Timer: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> Instant;

@@ -3,7 +3,8 @@
 use super::{Sleep, Timer};
 use std::time::Instant;
 
-/// tokio's clock and sleeps, for [`relay`](super::relay) and
+/// tokio's clock and sleeps (one clock: `now` is tokio's, so a paused or
+/// advanced test clock moves both), for [`relay`](super::relay) and
 /// [`worker`](super::worker) on a tokio runtime.
 ///
 /// ```
@@ -22,8 +23,10 @@ use std::time::Instant;
 pub struct TokioTimer;
 
 impl Timer for TokioTimer {
+    /// tokio's clock, the one its sleeps follow: under
+    /// `tokio::time::pause()` both stand still together.
     fn now(&self) -> Instant {
-        Instant::now()
+        tokio::time::Instant::now().into_std()
     }
 
     fn sleep_until(&self, deadline: Instant) -> Sleep {

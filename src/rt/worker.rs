@@ -31,6 +31,7 @@ struct Shared {
     incoming_waker: Option<Waker>,
     driver: Option<Waker>,
     finished: bool,
+    clock: Arc<dyn Timer>,
 }
 
 impl Side for Shared {
@@ -42,6 +43,10 @@ impl Side for Shared {
 
     fn driver_waker(&mut self) -> &mut Option<Waker> {
         &mut self.driver
+    }
+
+    fn clock(&self) -> &dyn Timer {
+        &*self.clock
     }
 
     fn done(&mut self) {
@@ -141,6 +146,7 @@ where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
     T: Timer,
 {
+    let clock: Arc<dyn Timer> = Arc::new(timer);
     let shared = Arc::new(Mutex::new(Shared {
         conn: WorkerConnection::new(config),
         slots: HashMap::new(),
@@ -148,12 +154,13 @@ where
         incoming_waker: None,
         driver: None,
         finished: false,
+        clock: clock.clone(),
     }));
     (
         Incoming {
             shared: shared.clone(),
         },
-        WorkerDriver::new(shared, socket, timer),
+        WorkerDriver::new(shared, socket, clock),
     )
 }
 
@@ -174,9 +181,12 @@ impl Incoming {
         lock(&self.shared).conn.stats()
     }
 
-    /// Closes the connection.
+    /// Closes the connection. The close message goes out after what is
+    /// queued; a relay that takes none of it within the connection's
+    /// `close_timeout` has its transport dropped.
     pub fn close(&self, code: CloseCode, reason: &str) {
         let mut sh = lock(&self.shared);
+        sh.stamp();
         sh.conn.close(code, reason);
         sh.dispatch();
         sh.wake_driver();
