@@ -11,11 +11,11 @@ use futures_sink::Sink;
 use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-
-/// How long a refused connection's close may take before its socket is dropped.
-const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Answers a worker's upgrade request and, on 101, spawns the connection's
 /// task. Needs a hyper server with upgrades enabled (hyper's
@@ -160,26 +160,52 @@ where
         inner.relay.clone(),
         inner.overflow.clone(),
     );
-    let Some(mut registration) = inner.registry.register(worker.clone(), handle.clone()) else {
+    let Some(registration) = inner.registry.register(worker.clone(), handle.clone()) else {
         // Refused after the 101 (a race with another connection, or a
         // socket given to `attach`): say so with a close, not a bare drop.
+        // The connection's close deadline bounds the wait.
         tracing::info!("worker {worker}: refused a second connection while connected");
         handle.close(
             CloseCode::TRY_AGAIN_LATER,
             "another connection of this worker is registered",
         );
-        let _ = tokio::time::timeout(CLOSE_WAIT, driver).await;
+        let _ = driver.await;
         return None;
     };
     tracing::info!("worker {worker} connected");
-    let result = driver.await;
-    registration.reason = match &result {
+    let mut registration = Some(registration);
+    let mut driver = driver;
+    let result = poll_fn(|cx| {
+        let polled = Pin::new(&mut driver).poll(cx);
+        // The registry forgets the connection as soon as it starts closing
+        // (callers get 503, a `Refuse` policy lets the worker back in),
+        // not when its close is done, which a peer that does not read can
+        // draw out to the close deadline.
+        let closing = polled.is_ready() || handle.is_closed();
+        if let Some(mut r) = registration.take_if(|_| closing) {
+            r.reason = match (&polled, handle.close_cause()) {
+                (Poll::Ready(result), _) => describe(result),
+                (Poll::Pending, Some(cause)) => cause.to_string(),
+                (Poll::Pending, None) => "closed".into(),
+            };
+            tracing::info!("worker {worker} disconnected: {}", r.reason);
+        }
+        polled
+    })
+    .await;
+    if let Err(e @ DriverError::CloseTimeout(_)) = &result {
+        tracing::info!("worker {worker}: {e}");
+    }
+    Some(result)
+}
+
+/// What ended a connection, for logs and [`Presence`](super::Presence).
+fn describe<E: std::fmt::Display>(result: &Result<rt::Closed, DriverError<E>>) -> String {
+    match result {
         Ok(closed) => closed.to_string(),
         Err(DriverError::KeepaliveTimeout) => {
             "keepalive timeout: no pong and nothing read (frozen or gone)".into()
         }
         Err(e) => e.to_string(),
-    };
-    tracing::info!("worker {worker} disconnected: {}", registration.reason);
-    Some(result)
+    }
 }

@@ -219,7 +219,8 @@ impl Gateway {
     }
 
     /// Serves `socket` as `worker`'s connection until it ends, registered
-    /// meanwhile: for a WebSocket accepted some other way (axum's
+    /// until it starts closing (its close then takes at most the
+    /// connection's `close_timeout`): for a WebSocket accepted some other way (axum's
     /// `WebSocketUpgrade` mapped to [`Message`]s, say) after your own
     /// handshake decision. `None` if [`DuplicatePolicy::Refuse`] refused it.
     pub async fn attach<S, E>(

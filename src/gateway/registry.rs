@@ -58,9 +58,9 @@ pub(crate) struct Registry {
     policy: DuplicatePolicy,
 }
 
-/// A registered connection; dropping it (the connection's task ended, even
-/// by a panic or a cancel) removes it from the registry, unless a newer
-/// connection of the same worker has replaced it.
+/// A registered connection; dropping it (the connection started closing, or
+/// its task ended, even by a panic or a cancel) removes it from the
+/// registry, unless a newer connection of the same worker has replaced it.
 pub(crate) struct Registration<'a> {
     registry: &'a Registry,
     worker: WorkerId,
@@ -88,8 +88,11 @@ impl Registry {
         self.policy
     }
 
+    /// The worker's connection, unless it has started closing (its
+    /// registration is about to go: the worker counts as not connected).
     pub fn handle(&self, worker: &str) -> Option<RelayHandle> {
-        Some(self.lock().get(worker)?.handle.clone())
+        let handle = self.lock().get(worker)?.handle.clone();
+        (!handle.is_closed()).then_some(handle)
     }
 
     pub fn workers(&self) -> Vec<WorkerId> {
@@ -106,7 +109,9 @@ impl Registry {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let old = {
             let mut workers = self.lock();
-            if self.policy == DuplicatePolicy::Refuse && workers.contains_key(&worker) {
+            // A closing connection is on its way out: it refuses nobody.
+            let open = workers.get(&worker).is_some_and(|c| !c.handle.is_closed());
+            if self.policy == DuplicatePolicy::Refuse && open {
                 return None;
             }
             workers.insert(worker.clone(), Conn { generation, handle })
