@@ -5,6 +5,7 @@
 //! `wants_read`, and collects events, until nothing moves. Time is virtual.
 #![allow(dead_code)]
 
+pub mod clock;
 pub mod mem;
 
 use bytes::Bytes;

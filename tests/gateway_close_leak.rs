@@ -1,0 +1,78 @@
+//! Issue 23: under `axum::serve` with the README's embed (the default
+//! gateway), 50 connections of one worker, each replaced by the next while
+//! it has stopped reading, leave no socket, task or registration behind
+//! once the close deadline (5 s by default) has passed.
+//!
+//! Alone in its test binary: it counts the process's sockets and the
+//! runtime's tasks.
+
+#[path = "gateway_close/support.rs"]
+mod support;
+
+use axum::{routing::get, Router};
+use std::time::{Duration, Instant};
+use support::{backed_up, connected, frozen_worker, open_sockets, upload};
+use worker_relay::{connect::TokenTable, gateway::Gateway};
+
+const TOKEN: &str = "ct-abc-0123456789abcdef";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_replaced_non_reading_connections_leave_nothing_behind() {
+    // The README's embed, with the tokens file's text inline.
+    let gateway = Gateway::new(TokenTable::parse(&format!("abc {TOKEN}\n")).unwrap());
+    let app = Router::new()
+        .route("/status", get(|| async { "the app's own route" }))
+        .route_service("/connect", gateway.connect())
+        .route_service("/connect/{id}", gateway.connect())
+        .route_service("/w/{*rest}", gateway.forward());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut workers = vec![frozen_worker(addr, TOKEN).await];
+    connected(&gateway, "abc").await;
+    // Let the upgrade's HTTP task finish before the baseline.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let (sockets, tasks) = (open_sockets(), metrics.num_alive_tasks());
+
+    let mut callers = Vec::new();
+    for round in 0..50 {
+        // The relay's writes to the current connection back up…
+        callers.push(upload(addr, "abc", 8));
+        backed_up(&gateway, "abc", 1 << 20).await;
+        // …and a new connection of the same worker replaces it (1008).
+        let before = gateway.stats("abc").map(|s| s.streams_opened);
+        workers.push(frozen_worker(addr, TOKEN).await);
+        let end = Instant::now() + Duration::from_secs(10);
+        while gateway.stats("abc").map(|s| s.streams_opened) == before {
+            assert!(Instant::now() < end, "round {round}: not replaced");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    for c in &callers {
+        c.abort();
+    }
+
+    // Every replaced connection is let go at its close deadline, although
+    // its worker (whose sockets this test still holds) never read a byte.
+    let end = Instant::now() + Duration::from_secs(20);
+    let expected_sockets = sockets + 50; // the 50 workers' own ends
+    loop {
+        let now = (open_sockets(), metrics.num_alive_tasks());
+        if now == (expected_sockets, tasks) {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "20 s after the last replacement: {} sockets (want {expected_sockets}), \
+             {} tasks (want {tasks})",
+            now.0,
+            now.1
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(gateway.connected().len(), 1);
+    assert!(gateway.is_connected("abc"));
+    drop(workers);
+}
