@@ -10,6 +10,8 @@
 #[path = "../examples/conformance/cli.rs"]
 #[allow(dead_code)] // the kit's own main uses the rest
 mod cli;
+#[path = "conformance/fake_worker.rs"]
+mod fake_worker;
 #[path = "conformance/fakes.rs"]
 mod fakes;
 #[path = "../examples/conformance/http.rs"]
