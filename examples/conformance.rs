@@ -30,6 +30,8 @@ mod kit;
 mod relay_cases_conn;
 #[path = "conformance/relay_cases_http.rs"]
 mod relay_cases_http;
+#[path = "conformance/relay_cases_interactive.rs"]
+mod relay_cases_interactive;
 #[path = "conformance/relay_ctx.rs"]
 mod relay_ctx;
 #[path = "conformance/report.rs"]
@@ -38,6 +40,8 @@ mod report;
 mod runner;
 #[path = "conformance/worker_cases_conn.rs"]
 mod worker_cases_conn;
+#[path = "conformance/worker_cases_interactive.rs"]
+mod worker_cases_interactive;
 #[path = "conformance/worker_cases_streams.rs"]
 mod worker_cases_streams;
 #[path = "conformance/worker_ctx.rs"]

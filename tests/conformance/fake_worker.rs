@@ -43,11 +43,15 @@ pub struct WorkerFlaws {
     pub end_after_failure: bool,
     /// Sends `abort`, not a 500, when its app fails before the response.
     pub abort_before_response: bool,
+    /// Echoes a body without Content-Length only once it has all of it
+    /// (without the flaw, each piece as it comes).
+    pub hold_echo: bool,
 }
 
 /// A worker that reads everything into memory (no 16-chunk bound), has no
 /// message size limit and no keepalive. Its app: `/health`, `/sleep?ms=`,
-/// `/echo` (401 at once without the worker token), `/fail-before`,
+/// `/echo` (401 at once without the worker token; a body without
+/// Content-Length is echoed piece by piece), `/fail-before`,
 /// `/fail-after?n=`, anything else 404 once its request has ended. Broken
 /// further by `flaws`.
 pub async fn worker(url: String, flaws: WorkerFlaws) {
@@ -96,6 +100,8 @@ where
     let mut used: HashSet<u32> = HashSet::new();
     // Answered without reading: chunks held since.
     let mut unread: HashMap<u32, usize> = HashMap::new();
+    // Echoed as they come (a body without Content-Length).
+    let mut echoing: HashSet<u32> = HashSet::new();
     let auth = format!("Bearer {}", crate::WORKER_TOKEN);
     loop {
         let m = tokio::select! {
@@ -138,10 +144,22 @@ where
                 if t == "/echo" && head.headers().get("authorization") != Some(auth.as_str()) {
                     unread.insert(k, 0);
                     answer(id, 401, b"unauthorized".to_vec())
+                } else if t == "/echo"
+                    && head.headers().get("content-length").is_none()
+                    && !flaws.hold_echo
+                {
+                    echoing.insert(k);
+                    vec![response(id, 200, Headers::new())]
                 } else {
                     open.insert(k, t);
                     continue;
                 }
+            }
+            Decoded::Chunk(c) if echoing.contains(&c.id.get()) => {
+                vec![WsMsg::Binary(frame::encode_chunk(c.id, &c.data))]
+            }
+            Decoded::Control(ControlFrame::End { id }) if echoing.remove(&id.get()) => {
+                vec![WsMsg::Text(ControlFrame::End { id }.encode().into())]
             }
             Decoded::Chunk(c) => {
                 if let Some(held) = unread.get_mut(&c.id.get()) {
@@ -162,6 +180,7 @@ where
                 open.remove(&id.get());
                 bodies.remove(&key(id.get()));
                 unread.remove(&id.get());
+                echoing.remove(&id.get());
                 aborted.insert(id.get());
                 continue;
             }

@@ -1,7 +1,8 @@
 //! Deliberately broken relays for the conformance kit's mutation tests:
 //! small relays written straight on tokio-tungstenite and raw TCP, each with
 //! knobs that break one rule of the protocol (the worker is in
-//! `fake_worker.rs`, re-exported here).
+//! `fake_worker.rs`, re-exported here; the streaming relay for issue 23's
+//! cases in `fake_stream_relay.rs`).
 
 use crate::TOKEN;
 use futures_util::{SinkExt, StreamExt};
@@ -19,7 +20,9 @@ use worker_relay::frame::{
 };
 
 /// Reads an HTTP head: (method, target, headers), and what came after it.
-async fn read_head(s: &mut TcpStream) -> Option<(String, String, Vec<(String, String)>, Vec<u8>)> {
+pub async fn read_head(
+    s: &mut TcpStream,
+) -> Option<(String, String, Vec<(String, String)>, Vec<u8>)> {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 8192];
     let end = loop {
@@ -46,11 +49,11 @@ async fn read_head(s: &mut TcpStream) -> Option<(String, String, Vec<(String, St
     Some((method, target, headers, buf[end + 4..].to_vec()))
 }
 
-fn get<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+pub fn get<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
     h.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
 }
 
-fn switching(key: &str, protocol: bool) -> String {
+pub fn switching(key: &str, protocol: bool) -> String {
     let p = if protocol {
         format!("sec-websocket-protocol: {SUBPROTOCOL}\r\n")
     } else {
@@ -59,7 +62,7 @@ fn switching(key: &str, protocol: bool) -> String {
     format!("HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n{p}\r\n", derive_accept_key(key.as_bytes()))
 }
 
-async fn status(s: &mut TcpStream, code: u16) {
+pub async fn status(s: &mut TcpStream, code: u16) {
     let _ = s
         .write_all(
             format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
