@@ -32,6 +32,8 @@ mod relay_cases_conn;
 mod relay_cases_http;
 #[path = "conformance/relay_cases_interactive.rs"]
 mod relay_cases_interactive;
+#[path = "conformance/relay_cases_token.rs"]
+mod relay_cases_token;
 #[path = "conformance/relay_ctx.rs"]
 mod relay_ctx;
 #[path = "conformance/report.rs"]

@@ -29,6 +29,8 @@ mod relay_cases_conn;
 mod relay_cases_http;
 #[path = "../examples/conformance/relay_cases_interactive.rs"]
 mod relay_cases_interactive;
+#[path = "../examples/conformance/relay_cases_token.rs"]
+mod relay_cases_token;
 #[path = "../examples/conformance/relay_ctx.rs"]
 mod relay_ctx;
 #[path = "../examples/conformance/report.rs"]

@@ -27,6 +27,8 @@ use worker_relay::frame::{
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Hole {
     None,
+    /// Spends 10 µs of its only thread per byte of a presented token.
+    SlowPerTokenByte,
     /// Holds each piece of a chunked upload until the next one arrives.
     HoldPieces,
 }
@@ -71,6 +73,9 @@ async fn connection(mut s: TcpStream, current: Current, hole: Hole) {
             return status(&mut s, 400).await;
         };
         let presented = get(&h, "authorization").unwrap_or("");
+        if hole == Hole::SlowPerTokenByte {
+            std::thread::sleep(Duration::from_micros(10 * presented.len() as u64));
+        }
         if presented != format!("Bearer {TOKEN}") {
             return status(&mut s, 401).await;
         }

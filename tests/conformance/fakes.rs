@@ -24,11 +24,14 @@ pub async fn read_head(
     s: &mut TcpStream,
 ) -> Option<(String, String, Vec<(String, String)>, Vec<u8>)> {
     let mut buf = Vec::new();
-    let mut tmp = [0u8; 8192];
+    let mut tmp = vec![0u8; 64 * 1024];
+    let mut scanned = 0;
     let end = loop {
-        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at;
+        // Only what came since the last look (a 64 KiB head arrives in pieces).
+        if let Some(at) = buf[scanned..].windows(4).position(|w| w == b"\r\n\r\n") {
+            break scanned + at;
         }
+        scanned = buf.len().saturating_sub(3);
         let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut tmp))
             .await
             .ok()?

@@ -18,6 +18,11 @@ async fn broken_and_sound(hole: Hole, case: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_spending_time_per_token_byte_fails_the_large_token_case() {
+    broken_and_sound(Hole::SlowPerTokenByte, "relay.handshake.large-token").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_holding_each_upload_piece_fails_the_interactive_case() {
     broken_and_sound(Hole::HoldPieces, "relay.upload.interactive").await;
 }
