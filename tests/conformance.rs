@@ -31,6 +31,8 @@ mod relay_cases_http;
 mod relay_cases_interactive;
 #[path = "../examples/conformance/relay_cases_token.rs"]
 mod relay_cases_token;
+#[path = "../examples/conformance/relay_cases_unread.rs"]
+mod relay_cases_unread;
 #[path = "../examples/conformance/relay_ctx.rs"]
 mod relay_ctx;
 #[path = "../examples/conformance/report.rs"]
@@ -38,6 +40,9 @@ mod report;
 #[path = "../examples/conformance/runner.rs"]
 #[allow(dead_code)]
 mod runner;
+#[path = "../examples/conformance/tcp_state.rs"]
+#[allow(dead_code)]
+mod tcp_state;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
 #[path = "../examples/conformance/worker_cases_conn.rs"]

@@ -6,7 +6,9 @@ use crate::report::{self, CaseResult};
 use crate::runner::{self, Case};
 use crate::worker_ctx::WorkerCtx;
 use crate::{relay_cases_conn, relay_cases_http, worker_cases_conn, worker_cases_streams};
-use crate::{relay_cases_interactive, relay_cases_token, worker_cases_interactive};
+use crate::{
+    relay_cases_interactive, relay_cases_token, relay_cases_unread, worker_cases_interactive,
+};
 
 pub fn relay_cases() -> Vec<Case<RelayCtx>> {
     let mut c = relay_cases_conn::cases();
@@ -16,6 +18,7 @@ pub fn relay_cases() -> Vec<Case<RelayCtx>> {
     c.extend(relay_cases_http::cases());
     c.extend(relay_cases_interactive::cases());
     c.extend(tail);
+    c.extend(relay_cases_unread::cases());
     c
 }
 

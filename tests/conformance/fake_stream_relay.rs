@@ -27,6 +27,9 @@ use worker_relay::frame::{
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Hole {
     None,
+    /// Closes a replaced connection with a close frame and waits, without
+    /// a deadline, for it to be written and answered.
+    WaitOnReplaced,
     /// Spends 10 µs of its only thread per byte of a presented token.
     SlowPerTokenByte,
     /// Holds each piece of a chunked upload until the next one arrives.
@@ -81,7 +84,7 @@ async fn connection(mut s: TcpStream, current: Current, hole: Hole) {
         }
         let _ = s.write_all(switching(&key, true).as_bytes()).await;
         let ws = WebSocketStream::from_raw_socket(s, Role::Server, None).await;
-        let older = current.lock().unwrap().replace(attach(ws));
+        let older = current.lock().unwrap().replace(attach(ws, hole));
         if let Some(older) = older {
             older.replaced.notify_one();
         }
@@ -118,8 +121,9 @@ async fn connection(mut s: TcpStream, current: Current, hole: Hole) {
 }
 
 /// Owns the worker's socket until it ends, or until a newer connection
-/// replaces it: then a close frame, within 5 s.
-fn attach(ws: WebSocketStream<TcpStream>) -> Arc<Link> {
+/// replaces it: then a close frame, within 5 s (or, with `WaitOnReplaced`,
+/// however long it takes).
+fn attach(ws: WebSocketStream<TcpStream>, hole: Hole) -> Arc<Link> {
     let (to_worker, mut outbox) = mpsc::channel::<WsMsg>(16);
     let link = Arc::new(Link {
         to_worker,
@@ -162,7 +166,11 @@ fn attach(ws: WebSocketStream<TcpStream>) -> Arc<Link> {
                 let _ = sink.send(WsMsg::Close(Some(frame))).await;
                 while let Some(Ok(_)) = stream.next().await {}
             };
-            let _ = tokio::time::timeout(Duration::from_secs(5), close).await;
+            if hole == Hole::WaitOnReplaced {
+                close.await;
+            } else {
+                let _ = tokio::time::timeout(Duration::from_secs(5), close).await;
+            }
         }
         // Its callers in flight get 502 (or are cut off); the socket closes.
         l.streams.lock().unwrap().clear();
