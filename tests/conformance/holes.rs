@@ -6,10 +6,11 @@
 
 use crate::fake_stream_relay::{streaming_relay, Hole};
 use crate::fakes::WorkerFlaws;
+use crate::report::Outcome;
 use crate::{assert_fails, assert_passes, fake_worker_run, lines, relay_config, run, TOKEN};
 use std::time::Duration;
 use worker_relay::connect::TokenTable;
-use worker_relay::gateway::Gateway;
+use worker_relay::gateway::{DuplicatePolicy, Gateway};
 use worker_relay::server::{serve, ServerConfig};
 
 /// `case` against the streaming relay with `hole` (must fail) and without
@@ -68,4 +69,32 @@ async fn the_crates_relay_passes_the_unread_case_when_stuck_writes_are_cut() {
     let results = run(&relay_config(addr, Some(case))).await;
     eprintln!("{}", lines(&results));
     assert_passes(&results, case);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_refusing_duplicates_gets_info_from_the_replace_cases() {
+    // The spec leaves a second connection to the relay: a retryable
+    // refusal is reported, not failed; the kit is connected again after.
+    let table = TokenTable::parse(&format!("abc {TOKEN}\n")).unwrap();
+    let g = Gateway::builder(table)
+        .duplicates(DuplicatePolicy::Refuse)
+        .build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(serve(listener, g.service(), ServerConfig::default()));
+    let results = run(&relay_config(addr.clone(), Some("relay.replace.*"))).await;
+    eprintln!("{}", lines(&results));
+    for id in [
+        "relay.replace.older-connection",
+        "relay.replace.unread-older",
+    ] {
+        assert!(
+            matches!(crate::outcome(&results, id), Outcome::Info(_)),
+            "{id} should be INFO:\n{}",
+            lines(&results)
+        );
+    }
+    // Nor does the handshake case ask it for a second connection.
+    let case = "relay.handshake.subprotocol";
+    assert_passes(&run(&relay_config(addr, Some(case))).await, case);
 }
