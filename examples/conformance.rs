@@ -30,14 +30,24 @@ mod kit;
 mod relay_cases_conn;
 #[path = "conformance/relay_cases_http.rs"]
 mod relay_cases_http;
+#[path = "conformance/relay_cases_interactive.rs"]
+mod relay_cases_interactive;
+#[path = "conformance/relay_cases_token.rs"]
+mod relay_cases_token;
+#[path = "conformance/relay_cases_unread.rs"]
+mod relay_cases_unread;
 #[path = "conformance/relay_ctx.rs"]
 mod relay_ctx;
 #[path = "conformance/report.rs"]
 mod report;
 #[path = "conformance/runner.rs"]
 mod runner;
+#[path = "conformance/tcp_state.rs"]
+mod tcp_state;
 #[path = "conformance/worker_cases_conn.rs"]
 mod worker_cases_conn;
+#[path = "conformance/worker_cases_interactive.rs"]
+mod worker_cases_interactive;
 #[path = "conformance/worker_cases_streams.rs"]
 mod worker_cases_streams;
 #[path = "conformance/worker_ctx.rs"]

@@ -10,8 +10,14 @@
 #[path = "../examples/conformance/cli.rs"]
 #[allow(dead_code)] // the kit's own main uses the rest
 mod cli;
+#[path = "conformance/fake_stream_relay.rs"]
+mod fake_stream_relay;
+#[path = "conformance/fake_worker.rs"]
+mod fake_worker;
 #[path = "conformance/fakes.rs"]
 mod fakes;
+#[path = "conformance/holes.rs"]
+mod holes;
 #[path = "../examples/conformance/http.rs"]
 mod http;
 #[path = "../examples/conformance/kit.rs"]
@@ -21,6 +27,12 @@ mod kit;
 mod relay_cases_conn;
 #[path = "../examples/conformance/relay_cases_http.rs"]
 mod relay_cases_http;
+#[path = "../examples/conformance/relay_cases_interactive.rs"]
+mod relay_cases_interactive;
+#[path = "../examples/conformance/relay_cases_token.rs"]
+mod relay_cases_token;
+#[path = "../examples/conformance/relay_cases_unread.rs"]
+mod relay_cases_unread;
 #[path = "../examples/conformance/relay_ctx.rs"]
 mod relay_ctx;
 #[path = "../examples/conformance/report.rs"]
@@ -28,10 +40,15 @@ mod report;
 #[path = "../examples/conformance/runner.rs"]
 #[allow(dead_code)]
 mod runner;
+#[path = "../examples/conformance/tcp_state.rs"]
+#[allow(dead_code)]
+mod tcp_state;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
 #[path = "../examples/conformance/worker_cases_conn.rs"]
 mod worker_cases_conn;
+#[path = "../examples/conformance/worker_cases_interactive.rs"]
+mod worker_cases_interactive;
 #[path = "../examples/conformance/worker_cases_streams.rs"]
 mod worker_cases_streams;
 #[path = "../examples/conformance/worker_ctx.rs"]

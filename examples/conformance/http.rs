@@ -5,7 +5,7 @@
 
 use std::io;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout_at;
 
@@ -60,15 +60,24 @@ pub async fn write_all(s: &mut TcpStream, bytes: &[u8], within: Duration) -> io:
     }
 }
 
-/// Buffered reads with a deadline.
-struct Reader<'a> {
-    s: &'a mut TcpStream,
+/// Buffered reads with a deadline (which a caller may move between reads).
+pub struct Reader<S> {
+    s: S,
     buf: Vec<u8>,
-    deadline: Instant,
+    pub deadline: Instant,
     eof: bool,
 }
 
-impl Reader<'_> {
+impl<S: AsyncRead + Unpin> Reader<S> {
+    pub fn new(s: S, within: Duration) -> Reader<S> {
+        Reader {
+            s,
+            buf: Vec::new(),
+            deadline: Instant::now() + within,
+            eof: false,
+        }
+    }
+
     /// Reads more; false at EOF or the deadline.
     async fn fill(&mut self) -> io::Result<bool> {
         if self.eof {
@@ -126,6 +135,54 @@ impl Reader<'_> {
             }
         }
     }
+
+    /// What is buffered, or (if nothing is) what the next read brings;
+    /// empty at EOF.
+    async fn some(&mut self, at_most: usize, out: &mut Vec<u8>) -> io::Result<usize> {
+        if self.buf.is_empty() && !self.fill().await? {
+            return Ok(0);
+        }
+        let k = at_most.min(self.buf.len());
+        out.extend_from_slice(&self.buf[..k]);
+        self.buf.drain(..k);
+        Ok(k)
+    }
+
+    /// A response's status line and headers (no body).
+    pub async fn head(&mut self) -> io::Result<Response> {
+        let status_line = self.line().await?.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::UnexpectedEof, "closed before a response")
+        })?;
+        let status_line = String::from_utf8_lossy(&status_line).into_owned();
+        let status = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse::<u16>().ok())
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("bad status line {status_line:?}"),
+                )
+            })?;
+        let mut resp = Response {
+            status,
+            ..Response::default()
+        };
+        loop {
+            let line = self.line().await?.ok_or_else(|| {
+                io::Error::new(io::ErrorKind::UnexpectedEof, "closed inside the head")
+            })?;
+            if line.is_empty() {
+                break;
+            }
+            let line = String::from_utf8_lossy(&line).into_owned();
+            if let Some((n, v)) = line.split_once(':') {
+                resp.headers
+                    .push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+            }
+        }
+        Ok(resp)
+    }
 }
 
 /// Reads one response. A deadline reached inside the body is not an error:
@@ -135,44 +192,9 @@ pub async fn read_response(
     within: Duration,
     no_body: bool,
 ) -> io::Result<Response> {
-    let mut r = Reader {
-        s,
-        buf: Vec::new(),
-        deadline: Instant::now() + within,
-        eof: false,
-    };
-    let status_line = r
-        .line()
-        .await?
-        .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "closed before a response"))?;
-    let status_line = String::from_utf8_lossy(&status_line).into_owned();
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("bad status line {status_line:?}"),
-            )
-        })?;
-    let mut resp = Response {
-        status,
-        ..Response::default()
-    };
-    loop {
-        let line = r.line().await?.ok_or_else(|| {
-            io::Error::new(io::ErrorKind::UnexpectedEof, "closed inside the head")
-        })?;
-        if line.is_empty() {
-            break;
-        }
-        let line = String::from_utf8_lossy(&line).into_owned();
-        if let Some((n, v)) = line.split_once(':') {
-            resp.headers
-                .push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
-        }
-    }
+    let mut r = Reader::new(s, within);
+    let mut resp = r.head().await?;
+    let status = resp.status;
     if no_body || status == 204 || status == 304 || (100..200).contains(&status) {
         resp.framing = "none";
         resp.complete = true;
@@ -212,7 +234,10 @@ pub async fn read_response(
     Ok(resp)
 }
 
-async fn read_chunked(r: &mut Reader<'_>, out: &mut Vec<u8>) -> io::Result<bool> {
+async fn read_chunked<S: AsyncRead + Unpin>(
+    r: &mut Reader<S>,
+    out: &mut Vec<u8>,
+) -> io::Result<bool> {
     loop {
         let Some(size_line) = r.line().await? else {
             return Ok(false);
@@ -238,6 +263,79 @@ async fn read_chunked(r: &mut Reader<'_>, out: &mut Vec<u8>) -> io::Result<bool>
             Some(l) if l.is_empty() => {}
             _ => return Ok(false),
         }
+    }
+}
+
+/// A response body read piece by piece, for an interactive exchange:
+/// chunked, or (without Transfer-Encoding) whatever arrives until EOF.
+pub struct BodyPieces<S> {
+    r: Reader<S>,
+    chunked: bool,
+    /// Bytes left in the current chunk.
+    left: usize,
+    /// A chunk's data was read: its CRLF is still to come.
+    crlf: bool,
+    /// The body's end was seen (the last chunk, or EOF).
+    pub ended: bool,
+}
+
+impl<S: AsyncRead + Unpin> BodyPieces<S> {
+    /// The body after `head` (read from `r`).
+    pub fn new(r: Reader<S>, head: &Response) -> BodyPieces<S> {
+        let chunked = head
+            .header("transfer-encoding")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+        BodyPieces {
+            r,
+            chunked,
+            left: 0,
+            crlf: false,
+            ended: false,
+        }
+    }
+
+    /// Reads into `out` until it holds `n` more bytes, the body ends or
+    /// `within` passes (`Err` TimedOut; what came is in `out`).
+    pub async fn read(&mut self, n: usize, out: &mut Vec<u8>, within: Duration) -> io::Result<()> {
+        self.r.deadline = Instant::now() + within;
+        let goal = out.len().saturating_add(n);
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+        while out.len() < goal && !self.ended {
+            if !self.chunked {
+                if self.r.some(goal - out.len(), out).await? == 0 {
+                    self.ended = true;
+                }
+                continue;
+            }
+            if self.left == 0 {
+                if self.crlf {
+                    if self.r.line().await?.is_none_or(|l| !l.is_empty()) {
+                        return Err(bad("no CRLF after a chunk"));
+                    }
+                    self.crlf = false;
+                }
+                let line = self
+                    .r
+                    .line()
+                    .await?
+                    .ok_or_else(|| bad("closed in the body"))?;
+                let text = String::from_utf8_lossy(&line);
+                let text = text.split(';').next().unwrap_or("").trim().to_string();
+                let size = usize::from_str_radix(&text, 16).map_err(|_| bad("bad chunk size"))?;
+                if size == 0 {
+                    while self.r.line().await?.is_some_and(|l| !l.is_empty()) {}
+                    self.ended = true;
+                    continue;
+                }
+                (self.left, self.crlf) = (size, true);
+            }
+            let k = self.r.some(self.left.min(goal - out.len()), out).await?;
+            if k == 0 {
+                return Err(bad("closed in a chunk"));
+            }
+            self.left -= k;
+        }
+        Ok(())
     }
 }
 

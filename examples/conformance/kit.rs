@@ -6,18 +6,25 @@ use crate::report::{self, CaseResult};
 use crate::runner::{self, Case};
 use crate::worker_ctx::WorkerCtx;
 use crate::{relay_cases_conn, relay_cases_http, worker_cases_conn, worker_cases_streams};
+use crate::{
+    relay_cases_interactive, relay_cases_token, relay_cases_unread, worker_cases_interactive,
+};
 
 pub fn relay_cases() -> Vec<Case<RelayCtx>> {
     let mut c = relay_cases_conn::cases();
     // The handshake first, then the streams, then the cases that end the connection.
     let tail = c.split_off(7);
+    c.extend(relay_cases_token::cases());
     c.extend(relay_cases_http::cases());
+    c.extend(relay_cases_interactive::cases());
     c.extend(tail);
+    c.extend(relay_cases_unread::cases());
     c
 }
 
 pub fn worker_cases() -> Vec<Case<WorkerCtx>> {
     let mut c = worker_cases_streams::cases();
+    c.extend(worker_cases_interactive::cases());
     c.extend(worker_cases_conn::cases());
     c
 }

@@ -40,10 +40,25 @@ pub fn cases() -> Vec<Case<RelayCtx>> {
 }
 
 async fn subprotocol(ctx: &mut RelayCtx) -> Outcome {
+    // The kit's connection goes first: this dial is not a second connection
+    // (which a relay that refuses duplicates answers 503 until the first is
+    // gone, so a retryable refusal is retried for a while).
+    if let Some(mut w) = ctx.drop_worker() {
+        let _ = tokio::time::timeout(Duration::from_secs(2), w.ws.close(None)).await;
+        let _ = w.drain(Duration::from_millis(200)).await;
+    }
     let token = ctx.t.token.clone();
-    match ctx.dial(Some(&token), Some(SUBPROTOCOL)).await {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let dialled = loop {
+        match ctx.dial(Some(&token), Some(SUBPROTOCOL)).await {
+            Dial::Refused(s) if (s >= 500 || s == 408 || s == 429) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await
+            }
+            d => break d,
+        }
+    };
+    match dialled {
         Dial::Connected(w, Some(p)) if p == SUBPROTOCOL => {
-            ctx.drop_worker();
             ctx.set_worker(*w);
             Outcome::Pass(format!("101, Sec-WebSocket-Protocol: {p}"))
         }

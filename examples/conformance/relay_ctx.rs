@@ -101,15 +101,17 @@ impl RelayCtx {
     }
 }
 
-pub async fn dial(url: &str, token: Option<&str>, protocol: Option<&str>) -> Dial {
-    let mut req = match url.into_client_request() {
-        Ok(r) => r,
-        Err(e) => return Dial::Failed(e.to_string()),
-    };
+/// The upgrade request for a dial.
+fn upgrade_request(
+    url: &str,
+    token: Option<&str>,
+    protocol: Option<&str>,
+) -> Result<tungstenite::handshake::client::Request, String> {
+    let mut req = url.into_client_request().map_err(|e| e.to_string())?;
     if let Some(t) = token {
         match HeaderValue::from_str(&format!("Bearer {t}")) {
             Ok(v) => req.headers_mut().insert("authorization", v),
-            Err(_) => return Dial::Failed("the token is not a valid header value".into()),
+            Err(_) => return Err("the token is not a valid header value".into()),
         };
     }
     if let Some(p) = protocol {
@@ -118,12 +120,16 @@ pub async fn dial(url: &str, token: Option<&str>, protocol: Option<&str>) -> Dia
             HeaderValue::from_str(p).expect("protocol"),
         );
     }
-    match tokio::time::timeout(
-        STEP,
-        tokio_tungstenite::connect_async_with_config(req, Some(crate::ws_send::config()), false),
-    )
-    .await
-    {
+    Ok(req)
+}
+
+fn dialled(
+    r: Result<
+        Result<(Ws, tungstenite::handshake::client::Response), tungstenite::Error>,
+        tokio::time::error::Elapsed,
+    >,
+) -> Dial {
+    match r {
         Err(_) => Dial::Failed("the handshake timed out".into()),
         Ok(Ok((ws, resp))) => {
             let selected = resp
@@ -135,6 +141,71 @@ pub async fn dial(url: &str, token: Option<&str>, protocol: Option<&str>) -> Dia
         Ok(Err(tungstenite::Error::Http(resp))) => Dial::Refused(resp.status().as_u16()),
         Ok(Err(e)) => Dial::Failed(e.to_string()),
     }
+}
+
+pub async fn dial(url: &str, token: Option<&str>, protocol: Option<&str>) -> Dial {
+    let req = match upgrade_request(url, token, protocol) {
+        Ok(r) => r,
+        Err(e) => return Dial::Failed(e),
+    };
+    dialled(
+        tokio::time::timeout(
+            STEP,
+            tokio_tungstenite::connect_async_with_config(
+                req,
+                Some(crate::ws_send::config()),
+                false,
+            ),
+        )
+        .await,
+    )
+}
+
+/// A dial on a socket whose receive buffer is `rcvbuf` bytes (set before
+/// connecting, so the kernel's autotuning cannot grow it): what the kit
+/// does not read soon fills it, and the relay's writes block.
+pub async fn dial_small_window(
+    authority: &str,
+    url: &str,
+    token: Option<&str>,
+    protocol: Option<&str>,
+    rcvbuf: u32,
+) -> Dial {
+    let req = match upgrade_request(url, token, protocol) {
+        Ok(r) => r,
+        Err(e) => return Dial::Failed(e),
+    };
+    let connect = async {
+        let addr = tokio::net::lookup_host(authority)
+            .await?
+            .next()
+            .ok_or_else(|| std::io::Error::other("no address"))?;
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_recv_buffer_size(rcvbuf)?;
+        let s = socket.connect(addr).await?;
+        let _ = s.set_nodelay(true);
+        Ok::<_, std::io::Error>(s)
+    };
+    let s = match tokio::time::timeout(STEP, connect).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Dial::Failed(e.to_string()),
+        Err(_) => return Dial::Failed("the connect timed out".into()),
+    };
+    dialled(
+        tokio::time::timeout(
+            STEP,
+            tokio_tungstenite::client_async_with_config(
+                req,
+                MaybeTlsStream::Plain(s),
+                Some(crate::ws_send::config()),
+            ),
+        )
+        .await,
+    )
 }
 
 /// One message from the relay.
@@ -165,6 +236,14 @@ pub struct Received {
 }
 
 impl FakeWorker {
+    /// The TCP connection under the WebSocket (the kit dials plain `ws://`).
+    pub fn tcp(&self) -> Option<&TcpStream> {
+        match self.ws.get_ref() {
+            MaybeTlsStream::Plain(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The next message (pings are answered by tungstenite and skipped).
     pub async fn next(&mut self, within: Duration) -> Got {
         let deadline = Instant::now() + within;

@@ -1,34 +1,37 @@
-//! Deliberately broken peers for the conformance kit's mutation tests:
-//! small relays and a worker written straight on tokio-tungstenite and raw
-//! TCP, each with knobs that break one rule of the protocol.
+//! Deliberately broken relays for the conformance kit's mutation tests:
+//! small relays written straight on tokio-tungstenite and raw TCP, each with
+//! knobs that break one rule of the protocol (the worker is in
+//! `fake_worker.rs`, re-exported here; the streaming relay for issue 23's
+//! cases in `fake_stream_relay.rs`).
 
 use crate::TOKEN;
 use futures_util::{SinkExt, StreamExt};
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{self, Message as WsMsg};
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::Message as WsMsg;
 use tokio_tungstenite::WebSocketStream;
 use worker_relay::frame::{
-    self, is_hop_by_hop_name, ControlFrame, Decoded, Headers, RequestHead, ResponseHead, StreamId,
-    SUBPROTOCOL,
+    self, is_hop_by_hop_name, ControlFrame, Decoded, Headers, RequestHead, StreamId, SUBPROTOCOL,
 };
 
 /// Reads an HTTP head: (method, target, headers), and what came after it.
-async fn read_head(s: &mut TcpStream) -> Option<(String, String, Vec<(String, String)>, Vec<u8>)> {
+pub async fn read_head(
+    s: &mut TcpStream,
+) -> Option<(String, String, Vec<(String, String)>, Vec<u8>)> {
     let mut buf = Vec::new();
-    let mut tmp = [0u8; 8192];
+    let mut tmp = vec![0u8; 64 * 1024];
+    let mut scanned = 0;
     let end = loop {
-        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at;
+        // Only what came since the last look (a 64 KiB head arrives in pieces).
+        if let Some(at) = buf[scanned..].windows(4).position(|w| w == b"\r\n\r\n") {
+            break scanned + at;
         }
+        scanned = buf.len().saturating_sub(3);
         let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut tmp))
             .await
             .ok()?
@@ -49,11 +52,11 @@ async fn read_head(s: &mut TcpStream) -> Option<(String, String, Vec<(String, St
     Some((method, target, headers, buf[end + 4..].to_vec()))
 }
 
-fn get<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+pub fn get<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
     h.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
 }
 
-fn switching(key: &str, protocol: bool) -> String {
+pub fn switching(key: &str, protocol: bool) -> String {
     let p = if protocol {
         format!("sec-websocket-protocol: {SUBPROTOCOL}\r\n")
     } else {
@@ -62,7 +65,7 @@ fn switching(key: &str, protocol: bool) -> String {
     format!("HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {}\r\n{p}\r\n", derive_accept_key(key.as_bytes()))
 }
 
-async fn status(s: &mut TcpStream, code: u16) {
+pub async fn status(s: &mut TcpStream, code: u16) {
     let _ = s
         .write_all(
             format!("HTTP/1.1 {code} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
@@ -387,223 +390,4 @@ async fn forward(
     }
 }
 
-#[derive(Clone, Copy, Default)]
-pub struct WorkerFlaws {
-    /// Dials again after a 401.
-    pub redial_after_final: bool,
-    /// Closes the connection on a message it cannot decode.
-    pub close_on_malformed: bool,
-    /// Closes the connection on a frame of an unknown type.
-    pub close_on_unknown: bool,
-    /// Answers a stream the relay aborted.
-    pub answer_after_abort: bool,
-    /// Offers no subprotocol.
-    pub no_protocol: bool,
-    /// Ignores requests whose id does not fit an i32.
-    pub small_ids: bool,
-    /// Ignores a request whose id was used before.
-    pub no_id_reuse: bool,
-    /// Ignores other requests while a request body is still arriving.
-    pub serial: bool,
-    /// Keeps every stream's body in one buffer.
-    pub one_body: bool,
-    /// Holds the body of a request it answered without reading, and stops
-    /// reading the socket at 16 such chunks.
-    pub hold_unread: bool,
-    /// Ends a response whose app failed after it started (`end`, not `abort`).
-    pub end_after_failure: bool,
-    /// Sends `abort`, not a 500, when its app fails before the response.
-    pub abort_before_response: bool,
-}
-
-/// A worker that reads everything into memory (no 16-chunk bound), has no
-/// message size limit and no keepalive. Its app: `/health`, `/sleep?ms=`,
-/// `/echo` (401 at once without the worker token), `/fail-before`,
-/// `/fail-after?n=`, anything else 404 once its request has ended. Broken
-/// further by `flaws`.
-pub async fn worker(url: String, flaws: WorkerFlaws) {
-    let mut delay = 1.0f64;
-    for _ in 0..100 {
-        let mut req = url.as_str().into_client_request().unwrap();
-        if !flaws.no_protocol {
-            req.headers_mut()
-                .insert("sec-websocket-protocol", SUBPROTOCOL.parse().unwrap());
-        }
-        req.headers_mut()
-            .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
-        let config = WebSocketConfig::default()
-            .max_message_size(None)
-            .max_frame_size(None);
-        match tokio_tungstenite::connect_async_with_config(req, Some(config), true).await {
-            Ok((ws, _)) => {
-                delay = 1.0;
-                serve(ws, flaws).await;
-            }
-            Err(tungstenite::Error::Http(r)) if r.status() == 401 && !flaws.redial_after_final => {
-                return
-            }
-            Err(_) => {}
-        }
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let jitter = (nanos % 1000) as f64 / 1000.0;
-        tokio::time::sleep(Duration::from_secs_f64(delay * (0.5 + 0.5 * jitter))).await;
-        delay = (delay * 2.0).min(60.0);
-    }
-}
-
-async fn serve<S>(ws: WebSocketStream<S>, flaws: WorkerFlaws)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    let (mut sink, mut stream) = ws.split();
-    let (due_tx, mut due) = mpsc::unbounded_channel::<StreamId>();
-    // Requests whose body is still arriving, by id.
-    let mut open: HashMap<u32, String> = HashMap::new();
-    let mut bodies: HashMap<u32, Vec<u8>> = HashMap::new();
-    let mut aborted: HashSet<u32> = HashSet::new();
-    let mut used: HashSet<u32> = HashSet::new();
-    // Answered without reading: chunks held since.
-    let mut unread: HashMap<u32, usize> = HashMap::new();
-    let auth = format!("Bearer {}", crate::WORKER_TOKEN);
-    loop {
-        let m = tokio::select! {
-            m = stream.next() => match m { Some(Ok(m)) => m, _ => return },
-            Some(id) = due.recv() => {
-                if aborted.contains(&id.get()) && !flaws.answer_after_abort {
-                    continue;
-                }
-                for m in answer(id, 200, b"slept".to_vec()) {
-                    if sink.send(m).await.is_err() { return; }
-                }
-                continue;
-            }
-        };
-        let decoded = match m {
-            WsMsg::Text(t) => frame::decode_text(t.as_str()),
-            WsMsg::Binary(b) => frame::decode_binary(b),
-            WsMsg::Close(_) => return,
-            _ => continue,
-        };
-        let d = match decoded {
-            Ok(Decoded::Unknown) if flaws.close_on_unknown => return close(&mut sink).await,
-            Ok(d) => d,
-            Err(_) if flaws.close_on_malformed => return close(&mut sink).await,
-            Err(_) => continue,
-        };
-        let key = |id: u32| if flaws.one_body { 0 } else { id };
-        let reply: Vec<WsMsg> = match d {
-            Decoded::Control(ControlFrame::Request { id, head }) => {
-                let k = id.get();
-                if (flaws.small_ids && k > i32::MAX as u32)
-                    || (flaws.no_id_reuse && used.contains(&k))
-                    || (flaws.serial && !open.is_empty())
-                {
-                    continue;
-                }
-                used.insert(k);
-                aborted.remove(&k);
-                let t = head.target();
-                if t == "/echo" && head.headers().get("authorization") != Some(auth.as_str()) {
-                    unread.insert(k, 0);
-                    answer(id, 401, b"unauthorized".to_vec())
-                } else {
-                    open.insert(k, t);
-                    continue;
-                }
-            }
-            Decoded::Chunk(c) => {
-                if let Some(held) = unread.get_mut(&c.id.get()) {
-                    *held += 1;
-                    if flaws.hold_unread && *held >= 16 {
-                        // Waits for an app that will never read: reads nothing more.
-                        std::future::pending::<()>().await;
-                    }
-                    continue;
-                }
-                bodies
-                    .entry(key(c.id.get()))
-                    .or_default()
-                    .extend_from_slice(&c.data);
-                continue;
-            }
-            Decoded::Control(ControlFrame::Abort { id }) => {
-                open.remove(&id.get());
-                bodies.remove(&key(id.get()));
-                unread.remove(&id.get());
-                aborted.insert(id.get());
-                continue;
-            }
-            Decoded::Control(ControlFrame::End { id }) => {
-                unread.remove(&id.get());
-                let body = bodies.remove(&key(id.get())).unwrap_or_default();
-                match open.remove(&id.get()) {
-                    Some(t) if t.starts_with("/sleep") => {
-                        let ms: u64 = t
-                            .split("ms=")
-                            .nth(1)
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(0);
-                        let tx = due_tx.clone();
-                        tokio::spawn(async move {
-                            tokio::time::sleep(Duration::from_millis(ms)).await;
-                            let _ = tx.send(id);
-                        });
-                        continue;
-                    }
-                    Some(t) if t == "/health" => answer(id, 200, br#"{"status":"ok"}"#.to_vec()),
-                    Some(t) if t == "/echo" => answer(id, 200, body),
-                    Some(t) if t == "/fail-before" => {
-                        if flaws.abort_before_response {
-                            vec![WsMsg::Text(ControlFrame::Abort { id }.encode().into())]
-                        } else {
-                            answer(id, 500, b"Internal Server Error".to_vec())
-                        }
-                    }
-                    Some(t) if t.starts_with("/fail-after") => {
-                        let mut m = answer(id, 200, vec![b'x'; 1000]);
-                        if !flaws.end_after_failure {
-                            m[2] = WsMsg::Text(ControlFrame::Abort { id }.encode().into());
-                        }
-                        // No Content-Length: the body's end is not known in advance.
-                        m[0] = response(id, 200, Headers::new());
-                        m
-                    }
-                    Some(_) => answer(id, 404, b"not found".to_vec()),
-                    None => continue,
-                }
-            }
-            _ => continue,
-        };
-        for m in reply {
-            if sink.send(m).await.is_err() {
-                return;
-            }
-        }
-    }
-}
-
-async fn close<S: futures_util::Sink<WsMsg> + Unpin>(sink: &mut S) {
-    let frame = CloseFrame {
-        code: CloseCode::Protocol,
-        reason: "malformed".into(),
-    };
-    let _ = sink.send(WsMsg::Close(Some(frame))).await;
-}
-
-fn response(id: StreamId, status: u16, headers: Headers) -> WsMsg {
-    let head = ResponseHead::new(status, headers).unwrap();
-    WsMsg::Text(ControlFrame::Response { id, head }.encode().into())
-}
-
-/// `response` (with Content-Length), one chunk, `end`.
-fn answer(id: StreamId, status: u16, body: Vec<u8>) -> Vec<WsMsg> {
-    let headers = Headers::try_from_pairs([("content-length", body.len().to_string())]).unwrap();
-    vec![
-        response(id, status, headers),
-        WsMsg::Binary(frame::encode_chunk(id, &body)),
-        WsMsg::Text(ControlFrame::End { id }.encode().into()),
-    ]
-}
+pub use crate::fake_worker::{worker, WorkerFlaws};
