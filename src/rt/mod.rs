@@ -67,10 +67,12 @@
 
 mod driver;
 mod overflow;
-mod relay;
-mod side;
+#[cfg(feature = "tower")]
+pub(crate) mod pump;
 #[cfg(feature = "tower")]
 pub(crate) mod sink_ext;
+mod relay;
+mod side;
 mod timer;
 #[cfg(feature = "tokio")]
 mod tokio_timer;
