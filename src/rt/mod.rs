@@ -69,8 +69,6 @@ mod driver;
 mod overflow;
 #[cfg(feature = "tower")]
 pub(crate) mod pump;
-#[cfg(feature = "tower")]
-pub(crate) mod sink_ext;
 mod relay;
 mod side;
 mod timer;
