@@ -28,7 +28,7 @@
 mod body;
 mod run;
 
-pub use body::TunnelBody;
+pub use body::{TunnelBody, PEEK_WAIT};
 pub use run::{Jitter, Tunnel};
 
 use crate::connect::http::{request_builder, response_head_from_parts};
@@ -94,7 +94,8 @@ where
         responder,
         ..
     } = req;
-    let request = match request_builder(&head).map(|b| b.body(TunnelBody::new(body, &head))) {
+    let body = TunnelBody::new(body, &head).await;
+    let request = match request_builder(&head).map(|b| b.body(body)) {
         Ok(Ok(r)) => r,
         _ => {
             tracing::debug!("a request the http crate cannot carry: {}", head.target());
