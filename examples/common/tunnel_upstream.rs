@@ -1,5 +1,10 @@
 //! Tunnel mode: every request forwarded to a local HTTP server, the bodies
 //! streaming both ways (what ngrok or cloudflared do, through a relay).
+//!
+//! At most `connections` requests are in flight upstream at once (each
+//! holds a permit until its response body has ended), over a pool of
+//! kept-alive connections, so a burst of callers does not become a burst of
+//! connects to a server with a small backlog; the others wait their turn.
 
 use crate::worker_app::plain;
 use axum::body::Body;
@@ -8,29 +13,42 @@ use axum::handler::Handler;
 use axum::http::uri::{Authority, Scheme, Uri};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
-use futures_util::{stream, StreamExt};
+use http_body_util::BodyExt;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use std::convert::Infallible;
 use std::error::Error;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
 use tower::Service;
 use worker_relay::frame::is_hop_by_hop_name;
+
+/// The default bound on requests in flight upstream (and on the idle
+/// connections kept for them): `worker --upstream-connections N`.
+pub const DEFAULT_CONNECTIONS: usize = 32;
 
 /// Where requests go: an `http://host:port` server.
 #[derive(Clone)]
 pub struct Upstream {
     authority: Authority,
     client: Client<HttpConnector, Body>,
+    /// One per request in flight upstream, held until its response body ends.
+    permits: Arc<Semaphore>,
 }
 
 impl Upstream {
-    /// `url` is `http://HOST:PORT` (a path in it is ignored).
-    pub fn new(url: &str) -> Option<Upstream> {
+    /// `url` is `http://HOST:PORT` (a path in it is ignored); at most
+    /// `connections` (at least 1) requests go upstream at once.
+    pub fn new(url: &str, connections: usize) -> Option<Upstream> {
         let uri: Uri = url.parse().ok()?;
         (uri.scheme() == Some(&Scheme::HTTP)).then_some(())?;
+        let connections = connections.max(1);
         Some(Upstream {
             authority: uri.authority()?.clone(),
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(connections)
+                .build_http(),
+            permits: Arc::new(Semaphore::new(connections)),
         })
     }
 
@@ -64,14 +82,20 @@ async fn forward(State(up): State<Upstream>, req: Request) -> Response {
     parts.uri = uri;
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(header::HOST, host);
-    let body = match parts.headers.contains_key(header::CONTENT_LENGTH) {
-        true => body,
-        false => without_length(body).await,
+    // Waits while `connections` requests are in flight (never closed).
+    let Ok(permit) = up.permits.clone().acquire_owned().await else {
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
     };
     match up.client.request(Request::from_parts(parts, body)).await {
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
+            // The permit goes with the body: released when it has ended
+            // (the tunnel drops a body as soon as it has streamed it).
+            let body = body.map_frame(move |frame| {
+                let _in_flight = &permit;
+                frame
+            });
             Response::from_parts(parts, Body::new(body))
         }
         Err(e) => {
@@ -83,18 +107,6 @@ async fn forward(State(up): State<Upstream>, req: Request) -> Response {
                 "the upstream server cannot be reached\n",
             )
         }
-    }
-}
-
-/// A request body without Content-Length is empty or chunked; the relay
-/// does not say which, so wait for its first piece: a DELETE or a POST
-/// without a body then goes upstream without one, not as an empty chunked
-/// one.
-async fn without_length(body: Body) -> Body {
-    let mut pieces = body.into_data_stream();
-    match pieces.next().await {
-        None => Body::empty(),
-        Some(first) => Body::from_stream(stream::iter([first]).chain(pieces)),
     }
 }
 
