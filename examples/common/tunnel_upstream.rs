@@ -5,6 +5,7 @@
 //! holds a permit until its response body has ended), over a pool of
 //! kept-alive connections, so a burst of callers does not become a burst of
 //! connects to a server with a small backlog; the others wait their turn.
+#![allow(dead_code)] // shared by the worker example and tests, each using a part
 
 use crate::worker_app::plain;
 use axum::body::Body;
