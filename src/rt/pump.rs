@@ -188,3 +188,158 @@ impl<B, S: BodySink> Pump<B, S> {
 pub(crate) async fn flush<S: BodySink>(sink: &mut S) -> Result<(), BodyError> {
     std::future::poll_fn(|cx| Pin::new(&mut *sink).poll_flush(cx)).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::channel::mpsc;
+    use futures::task::noop_waker_ref;
+    use http_body::Frame;
+    use http_body_util::StreamBody;
+
+    /// A sink like the crate's: a started piece waits until the next
+    /// `poll_ready` or `poll_flush` hands it on (when `open`).
+    #[derive(Default)]
+    struct Held {
+        open: bool,
+        refuse: bool,
+        pending: Option<Bytes>,
+        out: Vec<Bytes>,
+        closed: bool,
+    }
+
+    impl Held {
+        fn push(&mut self) -> Poll<Result<(), BodyError>> {
+            if self.refuse {
+                return Poll::Ready(Err(BodyError::ClientGone));
+            }
+            match self.pending.take() {
+                Some(p) if self.open => self.out.push(p),
+                Some(p) => {
+                    self.pending = Some(p);
+                    return Poll::Pending;
+                }
+                None => {}
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl Sink<Bytes> for Held {
+        type Error = BodyError;
+        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+            self.get_mut().push()
+        }
+        fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), BodyError> {
+            self.get_mut().pending = Some(item);
+            Ok(())
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+            self.get_mut().push()
+        }
+        fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+            let this = self.get_mut();
+            std::task::ready!(Pin::new(&mut *this).poll_flush(cx))?;
+            this.closed = true;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl BodySink for Held {
+        fn taken(&self) -> u64 {
+            self.out.iter().map(|p| p.len() as u64).sum()
+        }
+    }
+
+    type Item = Result<Frame<Bytes>, BoxError>;
+
+    fn pump(
+        sink: Held,
+    ) -> (
+        mpsc::UnboundedSender<Item>,
+        Pump<StreamBody<mpsc::UnboundedReceiver<Item>>, Held>,
+    ) {
+        let (tx, rx) = mpsc::unbounded();
+        (tx, Pump::new(StreamBody::new(rx), sink))
+    }
+
+    fn poll<B: Body<Error = BoxError>>(p: &mut Pump<B, Held>) -> Poll<PumpEnd> {
+        p.poll(&mut Context::from_waker(noop_waker_ref()))
+    }
+
+    fn data(s: &'static str) -> Item {
+        Ok(Frame::data(Bytes::from_static(s.as_bytes())))
+    }
+
+    #[test]
+    fn a_piece_goes_out_when_the_source_pauses() {
+        let (tx, mut p) = pump(Held {
+            open: true,
+            ..Held::default()
+        });
+        tx.unbounded_send(data("one")).unwrap();
+        assert!(poll(&mut p).is_pending());
+        // Not held back until the next piece comes.
+        assert_eq!(p.sink.out, ["one"]);
+        assert_eq!((p.taken(), p.pieces()), (3, 1));
+        assert_eq!(
+            p.waiting(),
+            Waiting {
+                source: true,
+                sink: false
+            }
+        );
+        // Trailers are dropped; the end closes the sink.
+        tx.unbounded_send(data("two")).unwrap();
+        tx.unbounded_send(Ok(Frame::trailers(http::HeaderMap::new())))
+            .unwrap();
+        drop(tx);
+        assert!(matches!(poll(&mut p), Poll::Ready(PumpEnd::Done)));
+        assert_eq!(p.sink.out, ["one", "two"]);
+        assert!(p.sink.closed);
+    }
+
+    #[test]
+    fn a_sink_not_ready_stops_the_source_and_is_waited_on() {
+        let (tx, mut p) = pump(Held::default());
+        for s in ["one", "two", "three"] {
+            tx.unbounded_send(data(s)).unwrap();
+        }
+        assert!(poll(&mut p).is_pending());
+        // "one" is in the sink, "two" held: "three" is not read yet.
+        assert_eq!(
+            p.waiting(),
+            Waiting {
+                source: false,
+                sink: true
+            }
+        );
+        assert_eq!((p.taken(), p.pieces()), (0, 2));
+        p.sink.open = true;
+        assert!(poll(&mut p).is_pending());
+        assert_eq!(p.sink.out, ["one", "two", "three"]);
+    }
+
+    #[test]
+    fn a_source_error_and_a_refusal_end_the_pump() {
+        let (tx, mut p) = pump(Held::default());
+        tx.unbounded_send(data("one")).unwrap();
+        tx.unbounded_send(Err("broken".into())).unwrap();
+        assert!(matches!(
+            poll(&mut p),
+            Poll::Ready(PumpEnd::SourceFailed(_))
+        ));
+        // What the source gave is still in the sink: the owner flushes or drops it.
+        assert_eq!(p.into_sink().pending.as_deref(), Some(&b"one"[..]));
+
+        let (tx, mut p) = pump(Held {
+            refuse: true,
+            ..Held::default()
+        });
+        tx.unbounded_send(data("one")).unwrap();
+        assert!(matches!(
+            poll(&mut p),
+            Poll::Ready(PumpEnd::Refused(BodyError::ClientGone))
+        ));
+    }
+}
