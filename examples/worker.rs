@@ -7,9 +7,9 @@
 //!     [--upstream http://127.0.0.1:8000 [--upstream-connections N]]
 //! ```
 //!
-//! `--upstream-connections N` bounds the requests in flight to the upstream
-//! server at once, and the kept-alive connections to it (default 32); the
-//! others wait their turn.
+//! `--upstream-connections N` bounds the connections to the upstream server
+//! (default 32), kept alive, one request at a time each; further requests
+//! wait for one.
 //!
 //! `--listen ADDR` instead of `--connect` serves the same app on ADDR
 //! directly, without a relay: the baseline the benchmarks compare with.
