@@ -52,6 +52,12 @@ struct Upstream {
 /// the last piece after 50 ms (so that callers overlap, and a connection
 /// is free again only once a body has ended).
 async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
+    start_upstream_with(true).await
+}
+
+/// [`start_upstream`], closing every connection after one answer unless
+/// `keep_alive`.
+async fn start_upstream_with(keep_alive: bool) -> (SocketAddr, Arc<Upstream>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Upstream::default());
@@ -62,7 +68,9 @@ async fn start_upstream() -> (SocketAddr, Arc<Upstream>) {
             let s = s.clone();
             let svc = hyper::service::service_fn(move |req| handle(req, s.clone()));
             tokio::spawn(
-                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tcp), svc),
+                hyper::server::conn::http1::Builder::new()
+                    .keep_alive(keep_alive)
+                    .serve_connection(TokioIo::new(tcp), svc),
             );
         }
     });
@@ -265,4 +273,20 @@ async fn concurrent_requests_share_a_bounded_pool_of_upstream_connections() {
     assert_eq!(seen.arrived.lock().unwrap().len(), 100);
     assert!(accepted <= BOUND, "{accepted} upstream connections");
     assert!(most <= BOUND, "{most} requests upstream at once");
+}
+
+/// An upstream that closes each connection after one answer: the pool
+/// drops the closed connections and opens new ones; every request succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_upstream_closes_are_replaced() {
+    let (up, seen) = start_upstream_with(false).await;
+    let proxy = tunnel_upstream::Upstream::new(&format!("http://{up}"), 2).unwrap();
+    let service = proxy
+        .service()
+        .map_request(|req: Request<TunnelBody>| req.map(axum::body::Body::new));
+    let relay = relay_and_worker(service).await;
+    for _ in 0..10 {
+        assert_eq!(call(relay, "GET", "/", Empty::new().boxed()).await, 200);
+    }
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 10);
 }
