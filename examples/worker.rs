@@ -4,8 +4,12 @@
 //! ```sh
 //! STRATA_WORKER_CONNECT_TOKEN=… STRATA_WORKER_TOKEN=… \
 //!     cargo run --release --example worker -- --connect ws://127.0.0.1:8080/connect \
-//!     [--upstream http://127.0.0.1:8000]
+//!     [--upstream http://127.0.0.1:8000 [--upstream-connections N]]
 //! ```
+//!
+//! `--upstream-connections N` bounds the connections to the upstream server
+//! (default 32), kept alive, one request at a time each; further requests
+//! wait for one.
 //!
 //! `--listen ADDR` instead of `--connect` serves the same app on ADDR
 //! directly, without a relay: the baseline the benchmarks compare with.
@@ -29,7 +33,7 @@ mod worker_app;
 use std::process::ExitCode;
 use worker_relay::connect::Token;
 
-const USAGE: &str = "usage: worker --connect ws://HOST:PORT/connect [--upstream http://HOST:PORT] [--threads N]\n       worker --listen HOST:PORT [--threads N]   (the app served directly, no relay)";
+const USAGE: &str = "usage: worker --connect ws://HOST:PORT/connect [--upstream http://HOST:PORT [--upstream-connections N]] [--threads N]\n       worker --listen HOST:PORT [--threads N]   (the app served directly, no relay)";
 
 fn main() -> ExitCode {
     // First thing, before any thread exists: take the secrets out of the environment.
@@ -37,6 +41,7 @@ fn main() -> ExitCode {
     let worker_token = secrets::take_env("STRATA_WORKER_TOKEN");
 
     let (mut url, mut upstream, mut listen, mut threads) = (None, None, None, None);
+    let mut connections = tunnel_upstream::DEFAULT_CONNECTIONS;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match (a.as_str(), args.next()) {
@@ -49,13 +54,19 @@ fn main() -> ExitCode {
                 Ok(n) if n > 0 => threads = Some(n),
                 _ => return usage(),
             },
-            ("--upstream", Some(v)) => match tunnel_upstream::Upstream::new(&v) {
-                Some(u) => upstream = Some(u),
-                None => return usage(),
+            ("--upstream", Some(v)) => upstream = Some(v),
+            ("--upstream-connections", Some(v)) => match v.parse::<usize>() {
+                Ok(n) if n > 0 => connections = n,
+                _ => return usage(),
             },
             _ => return usage(),
         }
     }
+    let upstream = match upstream.map(|u| tunnel_upstream::Upstream::new(&u, connections)) {
+        Some(None) => return usage(),
+        Some(Some(u)) => Some(u),
+        None => None,
+    };
     if let Some(addr) = listen {
         return serve_directly(addr, worker_token, threads);
     }

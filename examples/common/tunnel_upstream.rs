@@ -1,5 +1,16 @@
 //! Tunnel mode: every request forwarded to a local HTTP server, the bodies
 //! streaming both ways (what ngrok or cloudflared do, through a relay).
+//!
+//! At most `connections` connections to the upstream, each carrying one
+//! request at a time and kept alive between requests: a request takes one
+//! (an idle one, or a new one while fewer exist) and gives it back when its
+//! response body has ended, and while all are in use the next request
+//! waits its turn. So a burst of callers does not become a burst of connects
+//! to a server with a small backlog. (hyper-util's pooled client with a
+//! semaphore in front was tried first: its checkout races a new connect
+//! against a connection coming back to the pool, so it sometimes opened one
+//! more connection than the bound.)
+#![allow(dead_code)] // shared by the worker example and tests, each using a part
 
 use crate::worker_app::plain;
 use axum::body::Body;
@@ -8,29 +19,46 @@ use axum::handler::Handler;
 use axum::http::uri::{Authority, Scheme, Uri};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
-use futures_util::{stream, StreamExt};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::error::Error;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::Service;
 use worker_relay::frame::is_hop_by_hop_name;
+
+type BoxError = Box<dyn Error + Send + Sync>;
+
+/// The default bound on connections to the upstream:
+/// `worker --upstream-connections N`.
+pub const DEFAULT_CONNECTIONS: usize = 32;
 
 /// Where requests go: an `http://host:port` server.
 #[derive(Clone)]
 pub struct Upstream {
     authority: Authority,
-    client: Client<HttpConnector, Body>,
+    pool: Arc<Pool>,
 }
 
 impl Upstream {
-    /// `url` is `http://HOST:PORT` (a path in it is ignored).
-    pub fn new(url: &str) -> Option<Upstream> {
+    /// `url` is `http://HOST:PORT` (a path in it is ignored); at most
+    /// `connections` (at least 1) connections to it.
+    pub fn new(url: &str, connections: usize) -> Option<Upstream> {
         let uri: Uri = url.parse().ok()?;
         (uri.scheme() == Some(&Scheme::HTTP)).then_some(())?;
+        let authority = uri.authority()?.clone();
         Some(Upstream {
-            authority: uri.authority()?.clone(),
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            pool: Arc::new(Pool {
+                authority: authority.clone(),
+                permits: Arc::new(Semaphore::new(connections.max(1))),
+                idle: Mutex::new(Vec::new()),
+            }),
+            authority,
         })
     }
 
@@ -46,36 +74,33 @@ impl Upstream {
     }
 }
 
-/// Forwards one request: the upstream's scheme and authority with the
-/// request's path and query, `Host` set to the upstream's, hop-by-hop
-/// headers dropped both ways, the rest as it is. 502 if the upstream
-/// cannot be reached.
+/// Forwards one request: the request's path and query to the upstream,
+/// `Host` set to the upstream's, hop-by-hop headers dropped both ways, the
+/// rest as it is. 502 if the upstream cannot be reached.
 async fn forward(State(up): State<Upstream>, req: Request) -> Response {
     let (mut parts, body) = req.into_parts();
     let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let uri = Uri::builder()
-        .scheme(Scheme::HTTP)
-        .authority(up.authority.clone())
-        .path_and_query(target)
-        .build();
-    let (Ok(uri), Ok(host)) = (uri, HeaderValue::from_str(up.authority.as_str())) else {
+    let (Ok(uri), Ok(host)) = (
+        target.parse::<Uri>(),
+        HeaderValue::from_str(up.authority.as_str()),
+    ) else {
         return plain(StatusCode::BAD_REQUEST, "bad request target\n");
     };
     parts.uri = uri;
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(header::HOST, host);
-    let body = match parts.headers.contains_key(header::CONTENT_LENGTH) {
-        true => body,
-        false => without_length(body).await,
-    };
-    match up.client.request(Request::from_parts(parts, body)).await {
-        Ok(resp) => {
+    match up.pool.send(Request::from_parts(parts, body)).await {
+        Ok((resp, lease)) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
+            let body = Leased {
+                body,
+                lease: Some(lease),
+            };
             Response::from_parts(parts, Body::new(body))
         }
         Err(e) => {
-            let why = std::iter::successors(Some(&e as &dyn Error), |&e| e.source());
+            let why = std::iter::successors(Some(&*e as &dyn Error), |&e| e.source());
             let why: Vec<String> = why.map(ToString::to_string).collect();
             tracing::warn!("upstream {}: {}", up.authority, why.join(": "));
             plain(
@@ -86,15 +111,115 @@ async fn forward(State(up): State<Upstream>, req: Request) -> Response {
     }
 }
 
-/// A request body without Content-Length is empty or chunked; the relay
-/// does not say which, so wait for its first piece: a DELETE or a POST
-/// without a body then goes upstream without one, not as an empty chunked
-/// one.
-async fn without_length(body: Body) -> Body {
-    let mut pieces = body.into_data_stream();
-    match pieces.next().await {
-        None => Body::empty(),
-        Some(first) => Body::from_stream(stream::iter([first]).chain(pieces)),
+/// At most as many connections as `permits` had at the start.
+struct Pool {
+    authority: Authority,
+    /// One per connection in use.
+    permits: Arc<Semaphore>,
+    /// Connections between two requests.
+    idle: Mutex<Vec<SendRequest<Body>>>,
+}
+
+/// A connection in use, with its permit; back in the pool when dropped.
+struct Lease {
+    conn: Option<SendRequest<Body>>,
+    pool: Arc<Pool>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // Back before the permit goes (fields drop after this), so the
+        // next request finds it rather than opening another one.
+        if let Some(conn) = self.conn.take().filter(|c| !c.is_closed()) {
+            self.pool.idle.lock().unwrap().push(conn);
+        }
+    }
+}
+
+impl Pool {
+    /// Sends `req` on an idle connection or a new one, once one is free.
+    async fn send(
+        self: &Arc<Self>,
+        mut req: Request,
+    ) -> Result<(hyper::Response<Incoming>, Lease), BoxError> {
+        let permit = self.permits.clone().acquire_owned().await?;
+        loop {
+            let (mut conn, reused) = match self.take_idle().await {
+                Some(conn) => (conn, true),
+                None => (self.connect().await?, false),
+            };
+            match conn.try_send_request(req).await {
+                Ok(resp) => {
+                    let lease = Lease {
+                        conn: Some(conn),
+                        pool: self.clone(),
+                        _permit: permit,
+                    };
+                    return Ok((resp, lease));
+                }
+                // A kept-alive connection the server closed meanwhile: the
+                // request never went, so it goes on another one.
+                Err(mut e) if reused && e.message().is_some() => {
+                    req = e.take_message().expect("checked");
+                }
+                Err(e) => return Err(e.into_error().into()),
+            }
+        }
+    }
+
+    /// An idle connection still open and ready for a request, if any.
+    async fn take_idle(&self) -> Option<SendRequest<Body>> {
+        loop {
+            let mut conn = self.idle.lock().unwrap().pop()?;
+            // Ready once its last response has been read to the end; an
+            // error once it has closed.
+            if conn.ready().await.is_ok() {
+                return Some(conn);
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<SendRequest<Body>, BoxError> {
+        let tcp = tokio::net::TcpStream::connect(self.authority.as_str()).await?;
+        tcp.set_nodelay(true)?;
+        let (conn, driver) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await?;
+        tokio::spawn(async move {
+            if let Err(e) = driver.await {
+                tracing::debug!("an upstream connection failed: {e}");
+            }
+        });
+        Ok(conn)
+    }
+}
+
+/// A response body holding its connection until it ends (or is dropped).
+struct Leased {
+    body: Incoming,
+    lease: Option<Lease>,
+}
+
+impl http_body::Body for Leased {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        let frame = std::task::ready!(Pin::new(&mut self.body).poll_frame(cx));
+        if !matches!(frame, Some(Ok(_))) {
+            self.lease = None; // ended or failed: the connection goes back
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -1,5 +1,6 @@
 //! The body of a response the gateway gives its caller.
 
+use super::upload::Upload;
 use crate::rt::{BodyError, ResponseBody};
 use bytes::Bytes;
 use futures_core::Stream;
@@ -19,6 +20,11 @@ use std::task::{Context, Poll};
 /// body yields once, so that the server writes out what it holds (the head
 /// and the bytes that arrived) first: the caller sees the response start,
 /// then fail.
+///
+/// A worker's body owns what is left of the caller's upload: the upload
+/// goes on while the response is read (a worker may echo as it reads), and
+/// dropping the body before the upload is complete aborts it and the
+/// stream (the worker gets `abort`).
 pub struct GatewayBody {
     kind: Kind,
 }
@@ -29,6 +35,8 @@ enum Kind {
         body: ResponseBody,
         /// The worker's failure, held back for one poll.
         failed: Option<BodyError>,
+        /// What is left of the caller's upload (aborted when dropped).
+        _upload: Option<Upload>,
     },
 }
 
@@ -51,8 +59,20 @@ impl GatewayBody {
     /// A worker's response body.
     pub fn worker(body: ResponseBody) -> GatewayBody {
         GatewayBody {
-            kind: Kind::Worker { body, failed: None },
+            kind: Kind::Worker {
+                body,
+                failed: None,
+                _upload: None,
+            },
         }
+    }
+
+    /// The body, owning the request's upload.
+    pub(super) fn owning(mut self, upload: Option<Upload>) -> GatewayBody {
+        if let Kind::Worker { _upload, .. } = &mut self.kind {
+            *_upload = upload;
+        }
+        self
     }
 }
 
@@ -79,7 +99,7 @@ impl http_body::Body for GatewayBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match &mut self.get_mut().kind {
             Kind::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-            Kind::Worker { body, failed } => {
+            Kind::Worker { body, failed, .. } => {
                 if let Some(e) = failed.take() {
                     return Poll::Ready(Some(Err(e)));
                 }

@@ -1,20 +1,25 @@
 //! Forwarding a caller's request to its worker, and the answer back.
 
+use super::upload::{Deadlines, Upload, UploadEnd};
 use super::{answer, BoxError, GatewayBody, Inner};
 use crate::connect::http::{request_head_from_parts, response_builder, HttpError};
 use crate::connect::UrlError;
-use crate::rt::{sink_ext, RelayError, RequestSink};
-use bytes::Buf;
+use crate::rt::RelayError;
+use futures_sink::Sink;
 use http::{Request, Response, StatusCode};
 use http_body::Body;
 use std::future::poll_fn;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Forwards one request: maps it to its worker, streams the body up while
 /// the answer is awaited, and streams the answer back. Every refusal is an
 /// HTTP answer: 404 (no such worker or path), 400, 405, 431, 414, 503
-/// (not connected; or busy, with `Retry-After: 1`), 502 (the worker failed).
+/// (not connected; or busy, with `Retry-After: 1`), 502 (the worker
+/// failed), 408 (the caller's body went silent), 504 (the worker took none
+/// of the body, or sent no head, in time). Dropping the future before the
+/// head aborts the stream; after it, the response body owns the upload.
 pub(super) async fn forward<B>(inner: Arc<Inner>, req: Request<B>) -> Response<GatewayBody>
 where
     B: Body + Send + 'static,
@@ -41,39 +46,100 @@ where
             "worker not connected",
         ));
     };
-    let (sink, response) = match handle.send_request(head) {
+    let (mut sink, mut response) = match handle.send_request(head) {
         Ok(x) => x,
         Err(e) => return refusal(&e),
     };
-    // The body goes up on its own task while the answer is awaited: a
-    // worker may answer before it has read the whole body.
-    let upload = tokio::spawn(upload(body, sink, inner.upload_timeout));
-    let resp = match response.await {
+    // The body goes up on its own task, owned by this request, while the
+    // answer is awaited: a worker may answer before it has read the whole
+    // body, or echo it as it reads.
+    let deadlines = Deadlines {
+        upload: inner.upload_timeout,
+        send: inner.send_timeout,
+    };
+    let mut upload = if body.is_end_stream() {
+        // Nothing to send: `end` at once (a failure aborts the stream, and
+        // the response future says so).
+        let _ = poll_fn(|cx| Pin::new(&mut sink).poll_close(cx)).await;
+        drop(sink);
+        None
+    } else {
+        Some(Upload::spawn(body, sink, deadlines))
+    };
+    // The head timeout counts from when the worker has the whole request.
+    let head_timer = |d: Duration| Box::pin(tokio::time::sleep(d));
+    let mut head_clock = match &upload {
+        None => inner.response_head_timeout.map(head_timer),
+        Some(_) => None,
+    };
+    let resp = loop {
+        tokio::select! {
+            biased;
+            end = upload_end(&mut upload) => match end {
+                UploadEnd::Done => head_clock = inner.response_head_timeout.map(head_timer),
+                UploadEnd::Refused => {} // the response says how the stream ended
+                end => return upload_answer(end).expect("a failed upload has an answer"),
+            },
+            r = &mut response => break r,
+            () = async { head_clock.as_mut().expect("guarded").await }, if head_clock.is_some() => {
+                tracing::debug!("worker {worker}: no response head in time; aborting the stream");
+                return answer(StatusCode::GATEWAY_TIMEOUT, "the worker did not answer in time");
+            }
+        }
+    };
+    let resp = match resp {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!("worker {worker}: request failed before its response: {e}");
-            // An upload that went silent: 408, as nginx's client_body_timeout.
-            // The task ended as it dropped the sink; its result is moments away.
-            if matches!(e, RelayError::RequestAborted) {
-                let ended = tokio::time::timeout(Duration::from_secs(1), upload).await;
-                if let Ok(Ok(UploadEnd::Stalled)) = ended {
-                    return answer(StatusCode::REQUEST_TIMEOUT, "the request body stalled");
+            // The upload dropped its sink (the caller's body failed or
+            // stalled, or the worker took none of it): its end, moments
+            // away, says what to answer.
+            if let (RelayError::RequestAborted, Some(up)) = (&e, upload.as_mut()) {
+                let end = tokio::time::timeout(Duration::from_secs(1), up.end()).await;
+                if let Some(resp) = end.ok().and_then(upload_answer) {
+                    return resp;
                 }
-            } else {
-                upload.abort();
             }
             return refusal(&e);
         }
     };
     match response_builder(&resp.head) {
         Ok(b) => b
-            .body(GatewayBody::worker(resp.body))
+            .body(GatewayBody::worker(resp.body).owning(upload))
             .unwrap_or_else(|_| answer(StatusCode::BAD_GATEWAY, "bad response from worker")),
         Err(e) => answer(
             StatusCode::BAD_GATEWAY,
             &format!("bad response from worker: {e}"),
         ),
     }
+}
+
+/// The upload's end, once; pending for ever if there is none (any more).
+async fn upload_end(upload: &mut Option<Upload>) -> UploadEnd {
+    match upload {
+        Some(up) if !up.has_ended() => up.end().await,
+        _ => std::future::pending().await,
+    }
+}
+
+/// The answer to an upload that failed before the response: 400 (the
+/// caller's body failed), 408 (the caller went silent, as nginx's
+/// `client_body_timeout`), 504 (the worker took none of the body for the
+/// send timeout, as nginx's `proxy_send_timeout`).
+fn upload_answer(end: UploadEnd) -> Option<Response<GatewayBody>> {
+    let (status, text) = match end {
+        UploadEnd::Failed => (
+            StatusCode::BAD_REQUEST,
+            "bad request: the request body failed",
+        ),
+        UploadEnd::Stalled => (StatusCode::REQUEST_TIMEOUT, "the request body stalled"),
+        UploadEnd::SendTimedOut => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "the worker stopped taking the request body",
+        ),
+        UploadEnd::Done | UploadEnd::Refused => return None,
+    };
+    Some(answer(status, text))
 }
 
 /// The answer to a request the relay refuses or the worker failed:
@@ -95,43 +161,4 @@ fn retry_soon(mut resp: Response<GatewayBody>) -> Response<GatewayBody> {
         http::HeaderValue::from_static("1"),
     );
     resp
-}
-
-/// How an upload ended.
-#[derive(Debug, PartialEq, Eq)]
-enum UploadEnd {
-    /// Sent whole, or the worker stopped taking it.
-    Done,
-    /// The caller's body failed (a reset, a malformed chunked encoding).
-    Failed,
-    /// The caller sent nothing for the upload timeout.
-    Stalled,
-}
-
-/// Streams the caller's body to the worker. A body that fails or stalls
-/// drops the sink unclosed: the stream is aborted, and the caller answered
-/// 400 (failed) or 408 (stalled) unless the response had begun.
-async fn upload<B>(body: B, mut sink: RequestSink, timeout: Duration) -> UploadEnd
-where
-    B: Body,
-    B::Error: Into<BoxError>,
-{
-    let mut body = std::pin::pin!(body);
-    loop {
-        let frame = poll_fn(|cx| body.as_mut().poll_frame(cx));
-        let data = match tokio::time::timeout(timeout, frame).await {
-            Ok(Some(Ok(frame))) => match frame.into_data() {
-                Ok(mut data) => data.copy_to_bytes(data.remaining()),
-                Err(_) => continue, // trailers: not forwarded
-            },
-            Ok(None) => break,
-            Ok(Some(Err(_))) => return UploadEnd::Failed,
-            Err(_) => return UploadEnd::Stalled,
-        };
-        if !data.is_empty() && sink_ext::send(&mut sink, data).await.is_err() {
-            return UploadEnd::Done;
-        }
-    }
-    let _ = sink_ext::close(&mut sink).await;
-    UploadEnd::Done
 }

@@ -15,8 +15,18 @@
 //!   an unknown worker or path, 503 (`Retry-After: 1`) for one that is not
 //!   connected or busy, 400 for a caller's body that fails and 408 for one
 //!   silent past [`GatewayBuilder::upload_timeout`] (unless the worker has
-//!   answered by then), 502 when the worker fails; a response the worker aborts after it
+//!   answered by then), 502 when the worker fails, 504 when the worker
+//!   takes none of the body for [`GatewayBuilder::send_timeout`] or sends
+//!   no head within [`GatewayBuilder::response_head_timeout`] (none by
+//!   default); a response the worker aborts after it
 //!   started ends with an error, so the caller sees it fail.
+//!
+//! The caller's body goes up piece by piece as it arrives (each piece is
+//! sent when the caller pauses, not when its next piece comes), on a task
+//! the request owns: dropping the [`Forward`] future before the response
+//! head (a timeout layer, a caller that hangs up) aborts the stream, and
+//! after the head the [`GatewayBody`] owns the upload, so dropping it
+//! aborts an unfinished upload too.
 //!
 //! [`Gateway::service`] is both behind one service (by path: the connect
 //! path and everything under it to [`Connect`]), ready for
@@ -57,6 +67,7 @@ mod accept;
 mod body;
 mod forward;
 mod registry;
+mod upload;
 
 pub use body::GatewayBody;
 pub use registry::{DuplicatePolicy, Presence};
@@ -96,6 +107,8 @@ struct Inner {
     relay: RelayConfig,
     overflow: Arc<dyn Overflow>,
     upload_timeout: Duration,
+    send_timeout: Duration,
+    response_head_timeout: Option<Duration>,
     registry: Registry,
 }
 
@@ -107,6 +120,8 @@ pub struct GatewayBuilder {
     relay: RelayConfig,
     overflow: Arc<dyn Overflow>,
     upload_timeout: Duration,
+    send_timeout: Duration,
+    response_head_timeout: Option<Duration>,
     duplicates: DuplicatePolicy,
     presence_capacity: usize,
 }
@@ -149,6 +164,28 @@ impl GatewayBuilder {
         self
     }
 
+    /// How long the worker's side may take none of a request body that
+    /// has bytes for it (the stream's queue full, the worker not reading)
+    /// before the stream is aborted: the caller gets 504 if the response
+    /// has not started, a failed response otherwise (default 60 s, as
+    /// nginx's `proxy_send_timeout`). Any byte taken restarts it, so a slow
+    /// reader is not cut off.
+    pub fn send_timeout(mut self, timeout: Duration) -> Self {
+        self.send_timeout = timeout;
+        self
+    }
+
+    /// How long the worker may take to start its response once it has the
+    /// whole request (its `end` queued; at once for a request without a
+    /// body) before the stream is aborted and the caller answered 504.
+    /// Default `None`, no limit: a worker answers a cell's dispatch only
+    /// when the cell finishes, which may take hours. Put a timeout layer
+    /// around [`Forward`] for a limit on the whole request instead.
+    pub fn response_head_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.response_head_timeout = timeout;
+        self
+    }
+
     /// What a second connection of a connected worker does (default
     /// [`DuplicatePolicy::Replace`]).
     pub fn duplicates(mut self, policy: DuplicatePolicy) -> Self {
@@ -173,6 +210,8 @@ impl GatewayBuilder {
                 relay: self.relay,
                 overflow: self.overflow,
                 upload_timeout: self.upload_timeout,
+                send_timeout: self.send_timeout,
+                response_head_timeout: self.response_head_timeout,
                 registry: Registry::new(self.duplicates, self.presence_capacity),
             }),
         }
@@ -198,6 +237,8 @@ impl Gateway {
             relay,
             overflow: Arc::new(MemoryOverflow),
             upload_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
+            response_head_timeout: None,
             duplicates: DuplicatePolicy::default(),
             presence_capacity: 256,
         }

@@ -72,10 +72,10 @@
 
 mod driver;
 mod overflow;
+#[cfg(feature = "tower")]
+pub(crate) mod pump;
 mod relay;
 mod side;
-#[cfg(feature = "tower")]
-pub(crate) mod sink_ext;
 mod timer;
 #[cfg(feature = "tokio")]
 mod tokio_timer;

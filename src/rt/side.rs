@@ -244,6 +244,8 @@ where
 pub(crate) struct SinkCore {
     pending: Option<Bytes>,
     pub closed: bool,
+    /// Bytes the machine has taken so far (a pump's measure of progress).
+    pub taken: u64,
 }
 
 impl SinkCore {
@@ -261,6 +263,7 @@ impl SinkCore {
             }
             let n = sh.send_body(key, data.clone())?;
             if n > 0 {
+                self.taken += n as u64;
                 sh.wake_driver();
             }
             let _ = data.split_to(n);
@@ -322,6 +325,14 @@ impl SinkCore {
 /// and `key`) and `core: SinkCore`.
 macro_rules! impl_body_sink {
     ($t:ty) => {
+        impl $t {
+            /// Bytes the connection has taken from this sink so far.
+            #[allow(dead_code)] // only the integration layer's pump reads it
+            pub(crate) fn taken(&self) -> u64 {
+                self.core.taken
+            }
+        }
+
         impl futures_sink::Sink<bytes::Bytes> for $t {
             type Error = $crate::rt::BodyError;
 

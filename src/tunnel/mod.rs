@@ -28,22 +28,21 @@
 mod body;
 mod run;
 
-pub use body::TunnelBody;
+pub use body::{TunnelBody, PEEK_WAIT};
 pub use run::{Jitter, Tunnel};
 
 use crate::connect::http::{request_builder, response_head_from_parts};
 use crate::frame::Message;
 use crate::gateway::BoxError;
 use crate::proto::WorkerConfig;
-use crate::rt::{self, sink_ext, DriverError, ResponseSink, TokioTimer};
-use bytes::Buf;
+use crate::rt::pump::{self, Pump, PumpEnd};
+use crate::rt::{self, DriverError, ResponseSink, TokioTimer};
 use futures_core::Stream;
 use futures_sink::Sink;
 use http::{Request, Response};
-use http_body::{Body, Frame};
+use http_body::Body;
 use std::future::poll_fn;
-use std::pin::{pin, Pin};
-use std::task::Poll;
+use std::pin::pin;
 use tokio::task::JoinSet;
 
 /// Serves one connection with `service` until it ends, each request on its
@@ -95,7 +94,8 @@ where
         responder,
         ..
     } = req;
-    let request = match request_builder(&head).map(|b| b.body(TunnelBody::new(body, &head))) {
+    let body = TunnelBody::new(body, &head).await;
+    let request = match request_builder(&head).map(|b| b.body(body)) {
         Ok(Ok(r)) => r,
         _ => {
             tracing::debug!("a request the http crate cannot carry: {}", head.target());
@@ -139,40 +139,24 @@ where
     }
 }
 
-/// Streams `body` into `sink`; a body error fails the response (`abort`).
-async fn stream_body<B>(body: B, mut sink: ResponseSink)
+/// Streams `body` into `sink`, each piece going out as soon as the body
+/// pauses; a body error fails the response (`abort`) after what the body
+/// produced before it.
+async fn stream_body<B>(body: B, sink: ResponseSink)
 where
     B: Body,
     B::Error: Into<BoxError>,
 {
-    let mut body = pin!(body);
-    loop {
-        // While the body has nothing new, what it gave so far goes out (an
-        // event stream's last event must not wait for the next one).
-        let frame = poll_fn(|cx| match body.as_mut().poll_frame(cx) {
-            Poll::Pending => {
-                let _ = Pin::new(&mut sink).poll_flush(cx);
-                Poll::Pending
+    let mut pump = Pump::new(body, sink);
+    match poll_fn(|cx| pump.poll(cx)).await {
+        PumpEnd::Done => {}
+        PumpEnd::Refused(e) => tracing::debug!("the response body was refused: {e}"),
+        PumpEnd::SourceFailed(e) => {
+            tracing::debug!("the response body failed: {e}; aborting");
+            let mut sink = pump.into_sink();
+            if pump::flush(&mut sink).await.is_ok() {
+                sink.fail();
             }
-            ready => ready,
-        })
-        .await;
-        let data = match frame.map(|f| f.map(Frame::into_data).map_err(Into::<BoxError>::into)) {
-            None => break,
-            Some(Ok(Ok(mut data))) => data.copy_to_bytes(data.remaining()),
-            Some(Ok(Err(_trailers))) => continue, // the protocol has no trailers
-            Some(Err(e)) => {
-                tracing::debug!("the response body failed: {e}; aborting");
-                // What the body produced before it failed goes out first.
-                if sink_ext::flush(&mut sink).await.is_ok() {
-                    sink.fail();
-                }
-                return;
-            }
-        };
-        if !data.is_empty() && sink_ext::send(&mut sink, data).await.is_err() {
-            return; // the caller has gone
         }
     }
-    let _ = sink_ext::close(&mut sink).await;
 }

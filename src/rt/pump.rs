@@ -1,0 +1,345 @@
+//! One body pump for both directions of the integration layer: an
+//! `http_body::Body` poured into a body sink, the caller's request body
+//! into a [`RequestSink`] (the gateway) and an app's response body into a
+//! [`ResponseSink`] (the tunnel).
+//!
+//! The sinks keep a piece given to `start_send` until the next
+//! `poll_ready` or `poll_flush` hands it to the connection, so a pump that
+//! only sends holds each piece back until the next one arrives. This one
+//! flushes whenever its source pauses: an interactive body (send a piece,
+//! wait for the peer's reaction) goes out piece by piece.
+
+use super::{BodyError, RequestSink, ResponseSink};
+use crate::gateway::BoxError;
+use bytes::{Buf, Bytes};
+use futures_sink::Sink;
+use http_body::Body;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Pieces one poll moves at most before it yields to the executor.
+const PIECES_PER_POLL: usize = 32;
+
+/// A body sink the pump can measure: the crate's [`RequestSink`] and
+/// [`ResponseSink`].
+pub(crate) trait BodySink: Sink<Bytes, Error = BodyError> + Unpin {
+    /// Bytes the connection has taken from the sink so far.
+    fn taken(&self) -> u64;
+}
+
+impl BodySink for RequestSink {
+    fn taken(&self) -> u64 {
+        RequestSink::taken(self)
+    }
+}
+
+impl BodySink for ResponseSink {
+    fn taken(&self) -> u64 {
+        ResponseSink::taken(self)
+    }
+}
+
+/// How a pump ended.
+#[derive(Debug)]
+pub(crate) enum PumpEnd {
+    /// The source ended and the sink was closed (`end` is queued).
+    Done,
+    /// The source failed. The sink is neither flushed nor closed: the
+    /// owner decides (drop it to abort, or flush and fail it).
+    SourceFailed(BoxError),
+    /// The sink refused a piece or the end: the stream is over on the
+    /// peer's side (gone, aborted) or its bytes broke a rule.
+    Refused(BodyError),
+}
+
+/// What a pending pump waits for (both at once: the source has nothing
+/// new and the sink has not taken what it was given).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    /// The source has nothing new.
+    pub source: bool,
+    /// The sink has not taken what it was given.
+    pub sink: bool,
+}
+
+/// Pours `source` into `sink`; poll it with [`Pump::poll`].
+pub(crate) struct Pump<B, S> {
+    source: Pin<Box<B>>,
+    sink: S,
+    /// A piece of the source the sink was not ready for.
+    held: Option<Bytes>,
+    source_done: bool,
+    /// Data pieces taken from the source so far.
+    pieces: u64,
+    waiting: Waiting,
+}
+
+impl<B, S> Pump<B, S>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+    S: BodySink,
+{
+    /// A pump from `source` into `sink`.
+    pub fn new(source: B, sink: S) -> Self {
+        Pump {
+            source: Box::pin(source),
+            sink,
+            held: None,
+            source_done: false,
+            pieces: 0,
+            waiting: Waiting::default(),
+        }
+    }
+
+    /// Moves what it can. Pending while the source has nothing new (what
+    /// it gave is flushed meanwhile) or the sink is not ready; see
+    /// [`Pump::waiting`]. Trailers are dropped (the protocol has none).
+    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<PumpEnd> {
+        let mut sink = Pin::new(&mut self.sink);
+        for _ in 0..PIECES_PER_POLL {
+            if let Some(piece) = self.held.take() {
+                match sink.as_mut().poll_ready(cx) {
+                    Poll::Pending => {
+                        self.held = Some(piece);
+                        self.waiting = Waiting {
+                            source: false,
+                            sink: true,
+                        };
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(PumpEnd::Refused(e)),
+                    Poll::Ready(Ok(())) => {
+                        if let Err(e) = sink.as_mut().start_send(piece) {
+                            return Poll::Ready(PumpEnd::Refused(e));
+                        }
+                    }
+                }
+            }
+            if self.source_done {
+                return match sink.as_mut().poll_close(cx) {
+                    Poll::Pending => {
+                        self.waiting = Waiting {
+                            source: false,
+                            sink: true,
+                        };
+                        Poll::Pending
+                    }
+                    Poll::Ready(Ok(())) => Poll::Ready(PumpEnd::Done),
+                    Poll::Ready(Err(e)) => Poll::Ready(PumpEnd::Refused(e)),
+                };
+            }
+            match self.source.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(mut data) = frame.into_data() {
+                        self.pieces += 1;
+                        let piece = data.copy_to_bytes(data.remaining());
+                        self.held = (!piece.is_empty()).then_some(piece);
+                    }
+                }
+                Poll::Ready(None) => self.source_done = true,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(PumpEnd::SourceFailed(e.into())),
+                Poll::Pending => {
+                    // The source pauses: what it gave so far goes out now,
+                    // not when its next piece comes.
+                    let sink_waits = match sink.as_mut().poll_flush(cx) {
+                        Poll::Pending => true,
+                        Poll::Ready(Ok(())) => false,
+                        Poll::Ready(Err(e)) => return Poll::Ready(PumpEnd::Refused(e)),
+                    };
+                    self.waiting = Waiting {
+                        source: true,
+                        sink: sink_waits,
+                    };
+                    return Poll::Pending;
+                }
+            }
+        }
+        // Still moving: let the others run, and come back at once.
+        cx.waker().wake_by_ref();
+        self.waiting = Waiting::default();
+        Poll::Pending
+    }
+}
+
+impl<B, S: BodySink> Pump<B, S> {
+    /// What the last pending [`Pump::poll`] waited for.
+    pub fn waiting(&self) -> Waiting {
+        self.waiting
+    }
+
+    /// Data pieces taken from the source so far.
+    pub fn pieces(&self) -> u64 {
+        self.pieces
+    }
+
+    /// Bytes the connection has taken from the sink so far.
+    pub fn taken(&self) -> u64 {
+        self.sink.taken()
+    }
+
+    /// The sink (after [`PumpEnd::SourceFailed`], to flush and fail it).
+    pub fn into_sink(self) -> S {
+        self.sink
+    }
+}
+
+/// Waits until `sink` has handed what it holds to the connection.
+pub(crate) async fn flush<S: BodySink>(sink: &mut S) -> Result<(), BodyError> {
+    std::future::poll_fn(|cx| Pin::new(&mut *sink).poll_flush(cx)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::channel::mpsc;
+    use futures::task::noop_waker_ref;
+    use http_body::Frame;
+    use http_body_util::StreamBody;
+
+    /// A sink like the crate's: a started piece waits until the next
+    /// `poll_ready` or `poll_flush` hands it on (when `open`).
+    #[derive(Default)]
+    struct Held {
+        open: bool,
+        refuse: bool,
+        pending: Option<Bytes>,
+        out: Vec<Bytes>,
+        closed: bool,
+    }
+
+    impl Held {
+        fn push(&mut self) -> Poll<Result<(), BodyError>> {
+            if self.refuse {
+                return Poll::Ready(Err(BodyError::ClientGone));
+            }
+            match self.pending.take() {
+                Some(p) if self.open => self.out.push(p),
+                Some(p) => {
+                    self.pending = Some(p);
+                    return Poll::Pending;
+                }
+                None => {}
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl Sink<Bytes> for Held {
+        type Error = BodyError;
+        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+            self.get_mut().push()
+        }
+        fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), BodyError> {
+            self.get_mut().pending = Some(item);
+            Ok(())
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+            self.get_mut().push()
+        }
+        fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+            let this = self.get_mut();
+            std::task::ready!(Pin::new(&mut *this).poll_flush(cx))?;
+            this.closed = true;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl BodySink for Held {
+        fn taken(&self) -> u64 {
+            self.out.iter().map(|p| p.len() as u64).sum()
+        }
+    }
+
+    type Item = Result<Frame<Bytes>, BoxError>;
+
+    fn pump(
+        sink: Held,
+    ) -> (
+        mpsc::UnboundedSender<Item>,
+        Pump<StreamBody<mpsc::UnboundedReceiver<Item>>, Held>,
+    ) {
+        let (tx, rx) = mpsc::unbounded();
+        (tx, Pump::new(StreamBody::new(rx), sink))
+    }
+
+    fn poll<B: Body<Error = BoxError>>(p: &mut Pump<B, Held>) -> Poll<PumpEnd> {
+        p.poll(&mut Context::from_waker(noop_waker_ref()))
+    }
+
+    fn data(s: &'static str) -> Item {
+        Ok(Frame::data(Bytes::from_static(s.as_bytes())))
+    }
+
+    #[test]
+    fn a_piece_goes_out_when_the_source_pauses() {
+        let (tx, mut p) = pump(Held {
+            open: true,
+            ..Held::default()
+        });
+        tx.unbounded_send(data("one")).unwrap();
+        assert!(poll(&mut p).is_pending());
+        // Not held back until the next piece comes.
+        assert_eq!(p.sink.out, ["one"]);
+        assert_eq!((p.taken(), p.pieces()), (3, 1));
+        assert_eq!(
+            p.waiting(),
+            Waiting {
+                source: true,
+                sink: false
+            }
+        );
+        // Trailers are dropped; the end closes the sink.
+        tx.unbounded_send(data("two")).unwrap();
+        tx.unbounded_send(Ok(Frame::trailers(http::HeaderMap::new())))
+            .unwrap();
+        drop(tx);
+        assert!(matches!(poll(&mut p), Poll::Ready(PumpEnd::Done)));
+        assert_eq!(p.sink.out, ["one", "two"]);
+        assert!(p.sink.closed);
+    }
+
+    #[test]
+    fn a_sink_not_ready_stops_the_source_and_is_waited_on() {
+        let (tx, mut p) = pump(Held::default());
+        for s in ["one", "two", "three"] {
+            tx.unbounded_send(data(s)).unwrap();
+        }
+        assert!(poll(&mut p).is_pending());
+        // "one" is in the sink, "two" held: "three" is not read yet.
+        assert_eq!(
+            p.waiting(),
+            Waiting {
+                source: false,
+                sink: true
+            }
+        );
+        assert_eq!((p.taken(), p.pieces()), (0, 2));
+        p.sink.open = true;
+        assert!(poll(&mut p).is_pending());
+        assert_eq!(p.sink.out, ["one", "two", "three"]);
+    }
+
+    #[test]
+    fn a_source_error_and_a_refusal_end_the_pump() {
+        let (tx, mut p) = pump(Held::default());
+        tx.unbounded_send(data("one")).unwrap();
+        tx.unbounded_send(Err("broken".into())).unwrap();
+        assert!(matches!(
+            poll(&mut p),
+            Poll::Ready(PumpEnd::SourceFailed(_))
+        ));
+        // What the source gave is still in the sink: the owner flushes or drops it.
+        assert_eq!(p.into_sink().pending.as_deref(), Some(&b"one"[..]));
+
+        let (tx, mut p) = pump(Held {
+            refuse: true,
+            ..Held::default()
+        });
+        tx.unbounded_send(data("one")).unwrap();
+        assert!(matches!(
+            poll(&mut p),
+            Poll::Ready(PumpEnd::Refused(BodyError::ClientGone))
+        ));
+    }
+}
