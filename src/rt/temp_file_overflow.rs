@@ -32,7 +32,10 @@ const SEGMENT: u64 = 64 << 20;
 /// which gives up that stream alone
 /// ([`BodyError::Overflow`](super::BodyError::Overflow)). A stream's
 /// bytes are in files of up to 64 MiB; a file's bytes return to the budget
-/// when it has been read to its end, or when its stream is dropped.
+/// when it has been read to its end, or when its stream is dropped. So the
+/// disk in use follows the callers' reading, and the store's open files
+/// number at most one per slow stream plus one per 64 MiB of its budget
+/// (128 with the default).
 #[derive(Debug, Clone)]
 pub struct TempFileOverflow {
     dir: Arc<Path>,
