@@ -11,8 +11,6 @@
 //! cores) shared by client, relay, worker and direct server; 127.0.0.1 only.
 //! Each iteration opens a new client connection.
 
-#[path = "../examples/common/overflow.rs"]
-mod overflow;
 mod support;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;

@@ -12,8 +12,6 @@
 //! Prints p50, p90, p99, mean and max per path, and the relay/direct ratio.
 //! `LATENCY_ROUNDS=N` changes the number of rounds (default 5000).
 
-#[path = "../examples/common/overflow.rs"]
-mod overflow;
 mod support;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;

@@ -356,15 +356,17 @@ fn pct(times: &[Duration], p: usize) -> Duration {
     times[(times.len() * p / 100).min(times.len() - 1)]
 }
 
-/// The relay's overflow files open now: their total size.
+/// The relay's overflow files open now (unlinked temporary files in the
+/// temporary directory): their total size.
 fn overflow_bytes(pid: u32) -> u64 {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return 0;
     };
     dir.flatten()
         .filter(|e| {
-            std::fs::read_link(e.path())
-                .is_ok_and(|t| t.to_string_lossy().contains("worker-relay-overflow-"))
+            std::fs::read_link(e.path()).is_ok_and(|t| {
+                t.starts_with(std::env::temp_dir()) && t.to_string_lossy().ends_with(" (deleted)")
+            })
         })
         .map(|e| std::fs::metadata(e.path()).map_or(0, |m| m.len()))
         .sum()

@@ -9,13 +9,10 @@
 mod client;
 #[path = "common/logging.rs"]
 mod logging;
-#[path = "common/overflow.rs"]
-mod overflow;
 #[path = "common/worker_app.rs"]
 mod worker_app;
 
 use bytes::Bytes;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable, WorkerId};
 use worker_relay::gateway::Gateway;
@@ -43,9 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // 1. The relay, on a port the OS picks.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let relay = Gateway::builder(tokens)
-        .overflow(Arc::new(overflow::TempFiles::new(std::env::temp_dir())))
-        .build();
+    let relay = Gateway::new(tokens);
     tokio::spawn(serve(listener, relay.service(), ServerConfig::default()));
     println!("relay listening on http://{addr}  (workers dial ws://{addr}/connect)");
 

@@ -7,7 +7,8 @@
 //! `tokens.txt` holds lines `<worker-id> <connect-token>`. Workers dial
 //! `ws://127.0.0.1:8080/connect` (or `/connect/<id>`, behind a balancer);
 //! worker `<id>` is served at `http://127.0.0.1:8080/w/<id>/…`. Slow
-//! callers' responses overflow to unlinked temporary files. `--max-connections N` caps open HTTP
+//! callers' responses overflow to unlinked temporary files in `$TMPDIR`
+//! (the gateway's default, `rt::TempFileOverflow`: 8 GiB for all workers). `--max-connections N` caps open HTTP
 //! connections (default 10,000; keep it below `ulimit -n`), and
 //! `--header-timeout SECS` bounds how long a client may take to send a
 //! request head (default 10). `--threads N` sets the runtime's threads
@@ -16,13 +17,10 @@
 
 #[path = "common/logging.rs"]
 mod logging;
-#[path = "common/overflow.rs"]
-mod overflow;
 #[path = "common/runtime.rs"]
 mod runtime;
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 use worker_relay::connect::TokenTable;
 use worker_relay::gateway::{Gateway, CONNECT_PATH};
@@ -79,9 +77,10 @@ async fn run(listen: String, tokens: String, server: ServerConfig) -> ExitCode {
          known workers: {}",
         workers.join(", ")
     );
-    let gateway = Gateway::builder(table)
-        .overflow(Arc::new(overflow::TempFiles::new(std::env::temp_dir())))
-        .build();
+    // Slow callers' responses wait in unlinked temporary files in $TMPDIR,
+    // within 8 GiB for all the workers (the gateway's default store,
+    // `rt::TempFileOverflow`).
+    let gateway = Gateway::new(table);
     tokio::select! {
         _ = serve(listener, gateway.service(), server) => {}
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),

@@ -4,8 +4,6 @@
 //! closed by the header timeout; a broken stderr does not stop it.
 #[path = "../examples/common/client.rs"]
 mod client;
-#[path = "../examples/common/overflow.rs"]
-mod overflow;
 #[path = "e2e/support.rs"]
 mod support;
 #[path = "../examples/common/worker_app.rs"]

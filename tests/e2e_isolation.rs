@@ -5,8 +5,6 @@
 
 #[path = "../examples/common/client.rs"]
 mod client;
-#[path = "../examples/common/overflow.rs"]
-mod overflow;
 #[path = "e2e/support.rs"]
 mod support;
 #[path = "../examples/common/worker_app.rs"]
@@ -36,7 +34,8 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .expect("VmHWM")
 }
 
-/// The relay's open overflow files (unlinked temporary files) and their bytes.
+/// The relay's open overflow files (unlinked temporary files in the temporary
+/// directory, `rt::TempFileOverflow`) and their bytes.
 fn overflow_files(pid: u32) -> (usize, u64) {
     let mut n = 0;
     let mut bytes = 0;
@@ -47,7 +46,9 @@ fn overflow_files(pid: u32) -> (usize, u64) {
         let Ok(target) = std::fs::read_link(e.path()) else {
             continue;
         };
-        if target.to_string_lossy().contains("worker-relay-overflow-") {
+        if target.starts_with(std::env::temp_dir())
+            && target.to_string_lossy().ends_with(" (deleted)")
+        {
             n += 1;
             bytes += std::fs::metadata(e.path()).map(|m| m.len()).unwrap_or(0);
         }

@@ -16,8 +16,6 @@
 mod client;
 #[path = "scaleout/nginx.rs"]
 mod nginx;
-#[path = "../examples/common/overflow.rs"]
-mod overflow;
 #[path = "e2e/support.rs"]
 mod support;
 #[path = "../examples/common/worker_app.rs"]

@@ -5,8 +5,6 @@
 #[path = "e2e/support.rs"]
 mod support;
 // support.rs names these; this test does not use them.
-#[path = "../examples/common/overflow.rs"]
-mod overflow;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
 

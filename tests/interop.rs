@@ -10,8 +10,6 @@
 
 #[path = "../examples/common/client.rs"]
 mod client;
-#[path = "../examples/common/overflow.rs"]
-mod overflow;
 #[path = "e2e/support.rs"]
 mod support;
 #[path = "../examples/common/worker_app.rs"]

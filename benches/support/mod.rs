@@ -2,12 +2,12 @@
 //! worker stacks started in this process, a "direct" hyper server that serves
 //! the same app routes the same way, and a small hyper client.
 //!
-//! The bench crate root declares the examples' modules (`worker_app`,
-//! `overflow`) with `#[path]`, as the examples do; the relay is the crate's
+//! The bench crate root declares the examples' module `worker_app` with
+//! `#[path]`, as the examples do; the relay is the crate's
 //! gateway served as the relay example serves it.
 #![allow(dead_code)]
 
-use crate::{overflow, worker_app};
+use crate::worker_app;
 use bytes::Bytes;
 use futures_util::stream;
 use http_body_util::{combinators::BoxBody, BodyExt, Empty, Full, StreamBody};
@@ -17,7 +17,6 @@ use hyper_util::rt::TokioIo;
 use sha2::{Digest, Sha256};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable, WorkerId};
 use worker_relay::gateway::Gateway;
@@ -74,9 +73,7 @@ pub async fn start() -> Stack {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let relay_addr = listener.local_addr().unwrap();
-    let relay = Gateway::builder(tokens)
-        .overflow(Arc::new(overflow::TempFiles::new(std::env::temp_dir())))
-        .build();
+    let relay = Gateway::new(tokens);
     let service = relay.service();
     tokio::spawn(worker_relay::server::serve(
         listener,

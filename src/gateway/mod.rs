@@ -75,7 +75,7 @@ pub use registry::{DuplicatePolicy, Presence};
 use crate::connect::{ConnectTarget, TokenTable, UrlMap, WorkerId};
 use crate::frame::Message;
 use crate::proto::{OverflowConfig, RelayConfig, Stats};
-use crate::rt::{self, DriverError, MemoryOverflow, Overflow, RelayHandle};
+use crate::rt::{self, DriverError, Overflow, RelayHandle, TempFileOverflow};
 use futures_core::Stream;
 use futures_sink::Sink;
 use http::{Request, Response, StatusCode};
@@ -141,16 +141,21 @@ impl GatewayBuilder {
     }
 
     /// Each worker connection's settings. The default is the crate's, with
-    /// slow callers' responses overflowing (1 MiB per stream in memory,
-    /// then the overflow store).
+    /// slow callers' responses overflowing: 256 KiB per stream in memory
+    /// (not the machine's 1 MiB: with the file store behind it, memory is
+    /// only a step on the way, and 20 slow callers then cost ~5 MiB, not
+    /// 20), then the overflow store.
     pub fn relay_config(mut self, config: RelayConfig) -> Self {
         self.relay = config;
         self
     }
 
-    /// Where slow callers' responses wait (default: memory, within the
-    /// budgets of [`RelayConfig::overflow`]; give temporary files for large
-    /// responses).
+    /// Where slow callers' responses wait, one store for all the worker
+    /// connections. Default: [`TempFileOverflow::default`], unlinked
+    /// temporary files in [`std::env::temp_dir`] within one 8 GiB budget
+    /// for the whole gateway (a runtime and a file system are at hand
+    /// here, and RAM is the scarcer of the two); the per-response and
+    /// per-connection bounds are [`RelayConfig::overflow`]'s.
     pub fn overflow(mut self, overflow: Arc<dyn Overflow>) -> Self {
         self.overflow = overflow;
         self
@@ -227,7 +232,10 @@ impl Gateway {
     /// Settings for a gateway for the workers of `tokens`.
     pub fn builder(tokens: TokenTable) -> GatewayBuilder {
         let relay = RelayConfig::builder()
-            .overflow(Some(OverflowConfig::default()))
+            .overflow(Some(OverflowConfig {
+                memory_per_stream: 256 << 10,
+                ..OverflowConfig::default()
+            }))
             .build()
             .expect("the default settings are valid");
         GatewayBuilder {
@@ -235,7 +243,7 @@ impl Gateway {
             urls: UrlMap::default(),
             connect_path: CONNECT_PATH.into(),
             relay,
-            overflow: Arc::new(MemoryOverflow),
+            overflow: Arc::new(TempFileOverflow::default()),
             upload_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(60),
             response_head_timeout: None,

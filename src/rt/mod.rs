@@ -14,8 +14,9 @@
 //! connection's queue is full, and the driver stops reading the socket while
 //! a body holds its bound of unread chunks, or, with
 //! [`RelayConfig::overflow`](crate::proto::RelayConfig::overflow), sends a
-//! slow reader's response to an [`Overflow`] store ([`MemoryOverflow`] by
-//! default; temporary files in the examples) so the other streams never wait.
+//! slow reader's response to an [`Overflow`] store (with [`relay`], a
+//! [`MemoryOverflow`] of 64 MiB; `TempFileOverflow`, feature `tempfile`,
+//! keeps it in temporary files) so the other streams never wait.
 //! The drivers end with [`Closed`] (who closed, with which code) or a
 //! [`DriverError`] (socket error, keepalive timeout, oversized message, a
 //! close that did not complete in time); a peer found dead by the
@@ -76,6 +77,8 @@ mod overflow;
 pub(crate) mod pump;
 mod relay;
 mod side;
+#[cfg(feature = "tempfile")]
+mod temp_file_overflow;
 mod timer;
 #[cfg(feature = "tokio")]
 mod tokio_timer;
@@ -87,6 +90,8 @@ pub use relay::{
     relay, relay_with_overflow, RelayDriver, RelayError, RelayHandle, RequestSink, Response,
     ResponseBody, ResponseFuture,
 };
+#[cfg(feature = "tempfile")]
+pub use temp_file_overflow::TempFileOverflow;
 pub use timer::{Sleep, Timer};
 #[cfg(feature = "tokio")]
 pub use tokio_timer::TokioTimer;

@@ -291,14 +291,16 @@ type SharedRef = Arc<Mutex<Shared>>;
 /// ```
 ///
 /// With [`RelayConfig::overflow`](crate::proto::RelayConfig::overflow) set,
-/// a slow caller's response waits in memory ([`MemoryOverflow`]); give a
-/// store of your own (temporary files) with [`relay_with_overflow`].
+/// a slow caller's response waits in memory: a [`MemoryOverflow`] of this
+/// connection's own, within its default 64 MiB budget. Give a store of your
+/// own (temporary files, one budget for several connections) with
+/// [`relay_with_overflow`].
 pub fn relay<S, T, E>(socket: S, timer: T, config: RelayConfig) -> (RelayHandle, RelayDriver<S, T>)
 where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
     T: Timer,
 {
-    relay_with_overflow(socket, timer, config, Arc::new(MemoryOverflow))
+    relay_with_overflow(socket, timer, config, Arc::new(MemoryOverflow::default()))
 }
 
 /// [`relay`] with `overflow` holding what slow callers have not read yet

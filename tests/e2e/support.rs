@@ -1,7 +1,7 @@
 //! Processes and in-process stacks for the end-to-end tests.
 #![allow(dead_code)]
 
-use crate::{overflow, worker_app};
+use crate::worker_app;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -185,10 +185,7 @@ pub fn default_config() -> RelayConfig {
 pub async fn relay_only(config: RelayConfig) -> (SocketAddr, Gateway) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let relay = Gateway::builder(token_table())
-        .relay_config(config)
-        .overflow(Arc::new(overflow::TempFiles::new(std::env::temp_dir())))
-        .build();
+    let relay = Gateway::builder(token_table()).relay_config(config).build();
     tokio::spawn(serve(listener, relay.service(), ServerConfig::default()));
     (addr, relay)
 }

@@ -1,0 +1,166 @@
+//! Issue 23, memory defaults, in the async layer (on `futures::executor`):
+//! the overflow store's budget is one for every connection it serves; a
+//! stream that would cross it is given up alone; what the store held returns
+//! to it; `rt::relay` without a store keeps a small one in memory.
+mod common;
+
+use bytes::Bytes;
+use common::mem::{socket_pair, FuturesTimer};
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+use futures::{SinkExt, StreamExt};
+use std::path::Path;
+use std::sync::Arc;
+use worker_relay::frame::{Headers, RequestHead, ResponseHead};
+use worker_relay::proto::{OverflowConfig, RelayConfig, WorkerConfig};
+use worker_relay::rt::{self, BodyError, Overflow, TempFileOverflow};
+
+const MIB: usize = 1 << 20;
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+/// A worker that answers `/big?n` with n MiB and anything else with "ok".
+fn spawn_app(pool: &LocalPool, mut incoming: rt::Incoming) {
+    let sp = pool.spawner();
+    let sp2 = sp.clone();
+    sp.spawn_local(async move {
+        while let Some(req) = incoming.next().await {
+            sp2.spawn_local(async move {
+                let head = ResponseHead::new(200, Headers::new()).unwrap();
+                let mut sink = req.responder.respond(head).unwrap();
+                if req.head.path() == "/big" {
+                    let n: usize = req.head.query().parse().unwrap();
+                    for _ in 0..n {
+                        if sink.send(Bytes::from(pattern(MIB))).await.is_err() {
+                            return;
+                        }
+                    }
+                } else {
+                    let _ = sink.send(Bytes::from_static(b"ok")).await;
+                }
+                let _ = sink.close().await;
+            })
+            .unwrap();
+        }
+    })
+    .unwrap();
+}
+
+/// A relay connection and its worker on `pool`; the relay's overflow in
+/// `store` when given (else `rt::relay`'s default).
+fn connection(
+    pool: &LocalPool,
+    config: RelayConfig,
+    store: Option<Arc<dyn Overflow>>,
+) -> rt::RelayHandle {
+    let (relay_sock, worker_sock) = socket_pair();
+    let (handle, relay) = match store {
+        Some(store) => rt::relay_with_overflow(relay_sock, FuturesTimer, config, store),
+        None => rt::relay(relay_sock, FuturesTimer, config),
+    };
+    let (incoming, worker) = rt::worker(worker_sock, FuturesTimer, WorkerConfig::default());
+    let sp = pool.spawner();
+    sp.spawn_local(async move {
+        let _ = relay.await;
+    })
+    .unwrap();
+    sp.spawn_local(async move {
+        let _ = worker.await;
+    })
+    .unwrap();
+    spawn_app(pool, incoming);
+    handle
+}
+
+fn get(h: &rt::RelayHandle, path: &str, query: &str) -> rt::ResponseFuture {
+    h.send_empty(RequestHead::new("GET", path, query, Headers::new()).unwrap())
+        .unwrap()
+}
+
+async fn read_all(mut body: rt::ResponseBody) -> Result<Vec<u8>, BodyError> {
+    let mut out = Vec::new();
+    while let Some(piece) = body.next().await {
+        out.extend_from_slice(&piece?);
+    }
+    Ok(out)
+}
+
+/// The overflow files this process holds open in `dir` (unlinked).
+fn open_in(dir: &Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|t| t.starts_with(dir) && t.to_string_lossy().ends_with(" (deleted)"))
+        })
+        .count()
+}
+
+fn overflow(memory_per_stream: usize) -> RelayConfig {
+    let mut ov = OverflowConfig::default();
+    ov.memory_per_stream = memory_per_stream;
+    RelayConfig::builder().overflow(Some(ov)).build().unwrap()
+}
+
+/// Before issue 23, `rt::relay` held a slow caller's response in memory up
+/// to the machine's bounds (1 GiB per response, 4 GiB per connection).
+#[test]
+fn rt_relay_holds_at_most_64_mib_of_slow_responses_in_memory() {
+    let mut pool = LocalPool::new();
+    let h = connection(&pool, overflow(MIB), None);
+    let big = pool.run_until(get(&h, "/big", "80")).unwrap();
+    // Not read: the response goes to the overflow until its budget is spent.
+    pool.run_until_stalled();
+    let health = pool.run_until(get(&h, "/health", "")).unwrap();
+    assert_eq!(pool.run_until(read_all(health.body)).unwrap(), b"ok");
+    let got = pool.run_until(read_all(big.body));
+    assert_eq!(got.map(|b| b.len()), Err(BodyError::Overflow));
+    assert_eq!(h.stats().overflow_bytes, 0, "freed");
+}
+
+#[test]
+fn one_file_store_bounds_every_connection_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(TempFileOverflow::new(dir.path(), 6 * MIB as u64));
+    let mut pool = LocalPool::new();
+    let config = overflow(64 << 10);
+    let one = connection(&pool, config.clone(), Some(store.clone()));
+    let two = connection(&pool, config, Some(store.clone()));
+
+    // Connection one: 4 MiB wait, unread, in the store's files.
+    let a = pool.run_until(get(&one, "/big", "4")).unwrap();
+    pool.run_until_stalled();
+    assert_eq!(store.held(), 4 * MIB as u64);
+    assert!(open_in(dir.path()) >= 1, "in a file");
+    // Connection two: its slow response would cross the budget: given up.
+    let b = pool.run_until(get(&two, "/big", "4")).unwrap();
+    pool.run_until_stalled();
+    assert!(store.held() <= 6 * MIB as u64);
+    assert_eq!(
+        pool.run_until(read_all(b.body)).map(|b| b.len()),
+        Err(BodyError::Overflow)
+    );
+    // The others are untouched: connection two serves on, and the first
+    // response comes back whole, in order.
+    let c = pool.run_until(get(&two, "/big", "1")).unwrap();
+    assert_eq!(pool.run_until(read_all(c.body)).unwrap(), pattern(MIB));
+    let got = pool.run_until(read_all(a.body)).unwrap();
+    assert_eq!(got.len(), 4 * MIB);
+    assert!(got.chunks(MIB).all(|c| c == pattern(MIB)), "bytes differ");
+
+    // Everything returned to the budget, the files closed, none named.
+    pool.run_until_stalled();
+    assert_eq!(store.held(), 0);
+    assert_eq!(open_in(dir.path()), 0);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // And the budget serves again.
+    let d = pool.run_until(get(&one, "/big", "5")).unwrap();
+    pool.run_until_stalled();
+    assert_eq!(store.held(), 5 * MIB as u64);
+    assert_eq!(pool.run_until(read_all(d.body)).unwrap().len(), 5 * MIB);
+    drop(pool);
+    assert_eq!(store.held(), 0);
+}
