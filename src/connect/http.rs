@@ -323,16 +323,19 @@ mod tests {
 
     #[test]
     fn handshake_over_http_types() {
-        let hs = WorkerHandshake::new(Some(Token::new("s3cret").unwrap()));
+        let hs = WorkerHandshake::new(Some(Token::new("s3cret-0123456789").unwrap()));
         let map = hs.request_headers().to_header_map();
         assert!(map["authorization"].is_sensitive());
-        assert_eq!(map["authorization"], "Bearer s3cret");
+        assert_eq!(map["authorization"], "Bearer s3cret-0123456789");
         assert_eq!(map["sec-websocket-protocol"], SUBPROTOCOL);
-        assert!(!format!("{map:?}").contains("s3cret"));
+        assert!(!format!("{map:?}").contains("s3cret-0123456789"));
 
         let mut table = TokenTable::new();
         table
-            .insert(WorkerId::new("abc").unwrap(), Token::new("s3cret").unwrap())
+            .insert(
+                WorkerId::new("abc").unwrap(),
+                Token::new("s3cret-0123456789").unwrap(),
+            )
             .unwrap();
         assert_eq!(decide_upgrade_http(&table, &map).unwrap().worker(), &"abc");
         assert_eq!(
