@@ -147,13 +147,14 @@ pub const MIN_TABLE_TOKEN: usize = 16;
 ///
 /// # Lookup: O(1), and what its timing tells a stranger
 ///
-/// Each table draws a secret key when it is created (std's `RandomState`,
-/// seeded from the operating system's randomness) and files each token
-/// under its *digest*: SipHash of the token under that key, computed twice
-/// with two domain bytes, 128 bits in all. [`TokenTable::lookup`] digests
-/// the presented token once, finds at most one entry with that digest in a
-/// hash map, and checks that candidate with the constant-time compare of
-/// [`Token::matches`]. Its cost is one pass over the presented token for
+/// Each table draws a secret key when it is created (std's `RandomState`:
+/// keys from the operating system's randomness, drawn once per thread and
+/// varied for each table) and files each token under its *digest*: std's
+/// keyed hash (SipHash-1-3 today, the hash std relies on against HashDoS)
+/// of a domain byte and the token, computed for two domains, 128 bits in
+/// all. [`TokenTable::lookup`] digests the presented token once, finds at
+/// most one entry with that digest in a hash map, and checks that
+/// candidate with the constant-time compare of [`Token::matches`]. Its cost is one pass over the presented token for
 /// the digest plus, only when a candidate is found, one for the compare;
 /// it does not depend on the number of entries. Presented tokens longer
 /// than [`MAX_PRESENTED_TOKEN`] (or shorter than [`MIN_TABLE_TOKEN`]) are
@@ -278,9 +279,9 @@ impl TokenTable {
         token.matches(presented).then_some(worker)
     }
 
-    /// The digest of `token` under this table's key: SipHash (std's
-    /// `DefaultHasher`, keyed by `RandomState`) of a domain byte and the
-    /// token, twice, for 128 bits. Its time depends only on `token.len()`.
+    /// The digest of `token` under this table's key: std's keyed hash
+    /// (`RandomState`'s `DefaultHasher`) of a domain byte and the token,
+    /// for two domains, 128 bits. Its time depends only on `token.len()`.
     fn digest(&self, token: &[u8]) -> Digest {
         count_work(2 * token.len());
         let half = |domain: u8| {
