@@ -25,11 +25,11 @@ if [ -n "${BEFORE:-}" ]; then
     before="$(git rev-parse --short "$BEFORE^{commit}")"
     mkdir "$dir/src" "$dir/before"
     git archive "$before" | tar -x -C "$dir/src"
-    # A target directory of its own: in this checkout's, both trees' builds
-    # of the crate land on the same artifacts (cargo names them after the
-    # package, not its directory) and only file times tell them apart, so
-    # one would be taken for the other. Kept under target/: the
-    # dependencies build once.
+    # Cargo names the crate's artifacts after the package, not its
+    # directory, and tells trees apart by file times only: so a target
+    # directory of its own (under target/: the dependencies build once), and
+    # files newer than its last build (git archive dates them at the commit).
+    find "$dir/src" -type f -exec touch {} +
     CARGO_TARGET_DIR="$target/handshake-flood-before" cargo build --release \
         --example relay --example worker --manifest-path "$dir/src/Cargo.toml"
     cp "$target/handshake-flood-before/release/examples/relay" \
