@@ -12,7 +12,7 @@ fn table(n: usize) -> TokenTable {
     for i in 0..n {
         t.insert(
             WorkerId::new(format!("w{i}")).unwrap(),
-            Token::new(format!("token-{i}")).unwrap(),
+            Token::new(format!("token-0123456789-{i}")).unwrap(),
         )
         .unwrap();
     }
@@ -23,11 +23,11 @@ fn table(n: usize) -> TokenTable {
 fn every_worker_is_named_by_its_own_token() {
     let t = table(50);
     for i in 0..50 {
-        let hs = WorkerHandshake::new(Some(Token::new(format!("token-{i}")).unwrap()));
+        let hs = WorkerHandshake::new(Some(Token::new(format!("token-0123456789-{i}")).unwrap()));
         let accepted = decide_upgrade(&t, hs.request_headers().iter()).unwrap();
         assert_eq!(accepted.worker().as_str(), format!("w{i}"));
     }
-    let stranger = WorkerHandshake::new(Some(Token::new("token-50").unwrap()));
+    let stranger = WorkerHandshake::new(Some(Token::new("token-0123456789-50").unwrap()));
     assert_eq!(
         decide_upgrade(&t, stranger.request_headers().iter()),
         Err(Rejected::UnknownToken)
@@ -116,9 +116,9 @@ proptest! {
 
     /// The table's constant-time lookup agrees with a plain search.
     #[test]
-    fn lookup_agrees_with_a_plain_search(n in 0usize..20, presented in "token-[0-9]{1,2}|[!-~]{0,10}") {
+    fn lookup_agrees_with_a_plain_search(n in 0usize..20, presented in "token-0123456789-[0-9]{1,2}|[!-~]{0,20}") {
         let t = table(n);
-        let plain = (0..n).find(|i| format!("token-{i}") == presented).map(|i| format!("w{i}"));
+        let plain = (0..n).find(|i| format!("token-0123456789-{i}") == presented).map(|i| format!("w{i}"));
         prop_assert_eq!(t.lookup(&presented).map(|w| w.to_string()), plain);
     }
 
@@ -134,7 +134,7 @@ proptest! {
         } else {
             vec![("Sec-WebSocket-Protocol".to_string(), items.join(", "))]
         };
-        headers.push(("authorization".into(), "bearer token-0".into()));
+        headers.push(("authorization".into(), "bearer token-0123456789-0".into()));
         prop_assert_eq!(decide_upgrade(&t, headers).map(|a| a.into_worker().to_string()), Ok("w0".to_string()));
     }
 }

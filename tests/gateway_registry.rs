@@ -18,7 +18,7 @@ use worker_relay::server::{serve, ServerConfig};
 use worker_relay::ws;
 
 async fn relay(policy: DuplicatePolicy) -> (SocketAddr, Gateway) {
-    let gateway = Gateway::builder(TokenTable::parse("abc ct-abc-000000").unwrap())
+    let gateway = Gateway::builder(TokenTable::parse("abc ct-abc-0000000000").unwrap())
         .duplicates(policy)
         .build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -28,7 +28,7 @@ async fn relay(policy: DuplicatePolicy) -> (SocketAddr, Gateway) {
 }
 
 fn handshake() -> WorkerHandshake {
-    WorkerHandshake::new(Token::new("ct-abc-000000").ok())
+    WorkerHandshake::new(Token::new("ct-abc-0000000000").ok())
 }
 
 /// Dials as worker `abc` and drives the connection on its own task; the

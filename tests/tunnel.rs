@@ -22,7 +22,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 async fn relay() -> (SocketAddr, Gateway) {
     relay_with(Gateway::new(
-        TokenTable::parse("abc ct-abc-000000").unwrap(),
+        TokenTable::parse("abc ct-abc-0000000000").unwrap(),
     ))
     .await
 }
@@ -59,7 +59,7 @@ where
 {
     let tunnel = Tunnel::new(
         format!("ws://{addr}/connect"),
-        Token::new("ct-abc-000000").ok(),
+        Token::new("ct-abc-0000000000").ok(),
     );
     tokio::spawn(tunnel.run(service));
     let end = Instant::now() + Duration::from_secs(10);
@@ -226,7 +226,7 @@ async fn a_caller_who_leaves_mid_body_drops_the_services_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_upload_is_a_408() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let gateway = Gateway::builder(TokenTable::parse("abc ct-abc-000000").unwrap())
+    let gateway = Gateway::builder(TokenTable::parse("abc ct-abc-0000000000").unwrap())
         .upload_timeout(Duration::from_millis(300))
         .build();
     let (app, _) = app();

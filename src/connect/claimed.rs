@@ -120,19 +120,21 @@ impl ConnectRejected {
 /// ```
 /// use worker_relay::connect::{decide_upgrade_for, TokenTable};
 ///
-/// let table = TokenTable::parse("abc s3cret\nother 0ther\n")?;
+/// let table = TokenTable::parse("abc ct-abc-1f3a9c27d85e40b6\nother ct-other-5b8e03d7c9f2a146\n")?;
 /// let headers = |token: &str| {
 ///     [
 ///         ("Sec-WebSocket-Protocol", "strata-worker-connect.v1".to_string()),
 ///         ("Authorization", format!("Bearer {token}")),
 ///     ]
 /// };
-/// let accepted = decide_upgrade_for(&table, "abc", headers("s3cret")).unwrap();
+/// let accepted = decide_upgrade_for(&table, "abc", headers("ct-abc-1f3a9c27d85e40b6")).unwrap();
 /// assert_eq!(accepted.worker(), &"abc");
 /// // Another worker's valid token: 401.
-/// assert_eq!(decide_upgrade_for(&table, "abc", headers("0ther")).unwrap_err().status(), 401);
+/// let theirs = headers("ct-other-5b8e03d7c9f2a146");
+/// assert_eq!(decide_upgrade_for(&table, "abc", theirs).unwrap_err().status(), 401);
 /// // Not an id: 400.
-/// assert_eq!(decide_upgrade_for(&table, "ab%63", headers("s3cret")).unwrap_err().status(), 400);
+/// let mine = headers("ct-abc-1f3a9c27d85e40b6");
+/// assert_eq!(decide_upgrade_for(&table, "ab%63", mine).unwrap_err().status(), 400);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn decide_upgrade_for<I, N, V>(
@@ -178,7 +180,11 @@ mod tests {
     use crate::connect::{Token, WorkerHandshake};
     use crate::frame::SUBPROTOCOL;
 
-    const SECRETS: [&str; 3] = ["s3cret-abc", "s3cret-other", "s3cret-z"];
+    const SECRETS: [&str; 3] = [
+        "s3cret-abc-0123456789",
+        "s3cret-other-0123456789",
+        "s3cret-z-0123456789",
+    ];
 
     fn table() -> TokenTable {
         let mut t = TokenTable::new();
@@ -201,14 +207,17 @@ mod tests {
 
     #[test]
     fn the_named_worker_with_its_own_token_is_accepted() {
-        assert_eq!(decide("abc", "s3cret-abc").unwrap(), "abc");
-        assert_eq!(decide("other", "s3cret-other").unwrap(), "other");
-        assert_eq!(decide("z", "s3cret-z").unwrap(), "z");
+        assert_eq!(decide("abc", "s3cret-abc-0123456789").unwrap(), "abc");
+        assert_eq!(decide("other", "s3cret-other-0123456789").unwrap(), "other");
+        assert_eq!(decide("z", "s3cret-z-0123456789").unwrap(), "z");
     }
 
     #[test]
     fn another_workers_valid_token_is_401() {
-        for (claimed, token) in [("abc", "s3cret-other"), ("other", "s3cret-abc")] {
+        for (claimed, token) in [
+            ("abc", "s3cret-other-0123456789"),
+            ("other", "s3cret-abc-0123456789"),
+        ] {
             let e = decide(claimed, token).unwrap_err();
             assert_eq!(e, ConnectRejected::NotThisWorker);
             assert_eq!(e.status(), 401);
@@ -217,14 +226,14 @@ mod tests {
         // A worker the relay does not know: refused the same way as a
         // known one with the wrong token (the answer tells nothing).
         assert_eq!(
-            decide("nobody", "s3cret-abc").unwrap_err(),
+            decide("nobody", "s3cret-abc-0123456789").unwrap_err(),
             ConnectRejected::NotThisWorker
         );
     }
 
     #[test]
     fn an_unknown_or_missing_token_is_the_handshakes_401() {
-        let e = decide("abc", "s3cret-nope").unwrap_err();
+        let e = decide("abc", "s3cret-nope-0123456789").unwrap_err();
         assert_eq!(e, ConnectRejected::Handshake(Rejected::UnknownToken));
         assert_eq!(e.status(), 401);
         let only_protocol = [("Sec-WebSocket-Protocol", SUBPROTOCOL)];
@@ -234,7 +243,7 @@ mod tests {
         // No subprotocol: the handshake's 400, before the token is looked at.
         let old = [
             ("Sec-WebSocket-Protocol", "chat"),
-            ("Authorization", "Bearer s3cret-abc"),
+            ("Authorization", "Bearer s3cret-abc-0123456789"),
         ];
         let e = decide_upgrade_for(&table(), "abc", old).unwrap_err();
         assert_eq!(e.status(), 400);
@@ -256,19 +265,19 @@ mod tests {
         ];
         for (claimed, why) in cases {
             // Even with the right token: the id is checked first.
-            let e = decide(claimed, "s3cret-abc").unwrap_err();
+            let e = decide(claimed, "s3cret-abc-0123456789").unwrap_err();
             assert_eq!(e, ConnectRejected::InvalidWorkerId(why), "{claimed:?}");
             assert_eq!(e.status(), 400);
             assert!(e.response_headers().is_empty());
         }
         let long = "a".repeat(WorkerId::MAX_LEN + 1);
         assert_eq!(
-            decide(&long, "s3cret-abc").unwrap_err(),
+            decide(&long, "s3cret-abc-0123456789").unwrap_err(),
             ConnectRejected::InvalidWorkerId(WorkerIdError::TooLong)
         );
         // Ids compare byte for byte: no case folding.
         assert_eq!(
-            decide("ABC", "s3cret-abc").unwrap_err(),
+            decide("ABC", "s3cret-abc-0123456789").unwrap_err(),
             ConnectRejected::NotThisWorker
         );
     }
@@ -310,29 +319,38 @@ mod tests {
         let at = |target, token| decide_upgrade_at(&t, target, headers(token));
         // Plain /connect: the token alone names the worker.
         assert_eq!(
-            at(ConnectTarget::Any, "s3cret-other").unwrap().worker(),
+            at(ConnectTarget::Any, "s3cret-other-0123456789")
+                .unwrap()
+                .worker(),
             &"other"
         );
         assert_eq!(
-            at(ConnectTarget::Claimed("abc"), "s3cret-other").unwrap_err(),
+            at(ConnectTarget::Claimed("abc"), "s3cret-other-0123456789").unwrap_err(),
             ConnectRejected::NotThisWorker
         );
         let path = ConnectTarget::parse("/connect", "/connect/ab%2Fc").unwrap();
-        assert_eq!(at(path, "s3cret-abc").unwrap_err().status(), 400);
+        assert_eq!(at(path, "s3cret-abc-0123456789").unwrap_err().status(), 400);
         assert_eq!(
             at(ConnectTarget::Any, "nope").unwrap_err(),
             ConnectRejected::Handshake(Rejected::UnknownToken)
         );
+        // A token over the cap: the handshake's 401 at either target.
+        let long = "x".repeat(crate::connect::MAX_PRESENTED_TOKEN + 1);
+        for target in [ConnectTarget::Any, ConnectTarget::Claimed("abc")] {
+            let e = at(target, &long).unwrap_err();
+            assert_eq!(e, ConnectRejected::Handshake(Rejected::TokenTooLong));
+            assert_eq!(e.status(), 401);
+        }
     }
 
     #[test]
     fn no_message_shows_a_token_the_path_or_the_tokens_owner() {
         let mut outputs = Vec::new();
         for (claimed, token) in [
-            ("abc", "s3cret-other"),
-            ("abc", "s3cret-nope"),
-            ("ab%63", "s3cret-abc"),
-            ("abc/", "s3cret-z"),
+            ("abc", "s3cret-other-0123456789"),
+            ("abc", "s3cret-nope-0123456789"),
+            ("ab%63", "s3cret-abc-0123456789"),
+            ("abc/", "s3cret-z-0123456789"),
         ] {
             let e = decide(claimed, token).unwrap_err();
             outputs.push(format!("{e} | {e:?} | {e:#?}"));

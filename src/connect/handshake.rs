@@ -1,7 +1,7 @@
 //! The WebSocket handshake: the worker's request headers and its verdict on
 //! the relay's answer; the relay's decision on an upgrade request.
 
-use super::token::{Token, TokenTable, REDACTED};
+use super::token::{Token, TokenTable, MAX_PRESENTED_TOKEN, REDACTED};
 use super::WorkerId;
 use crate::frame::SUBPROTOCOL;
 use std::fmt;
@@ -298,17 +298,23 @@ pub enum Rejected {
     /// The bearer token belongs to no worker: 401.
     #[error("the worker presented an unknown token")]
     UnknownToken,
+    /// The bearer token is longer than
+    /// [`MAX_PRESENTED_TOKEN`](super::MAX_PRESENTED_TOKEN) bytes: 401,
+    /// refused before any lookup (no table holds such a token).
+    #[error("the worker presented a token longer than {MAX_PRESENTED_TOKEN} bytes")]
+    TokenTooLong,
 }
 
 impl Rejected {
     /// The HTTP status to answer with: 400 when the subprotocol is not
-    /// offered, 401 for a missing, malformed or unknown token.
+    /// offered, 401 for a missing, malformed, too long or unknown token.
     pub fn status(&self) -> u16 {
         match self {
             Rejected::SubprotocolNotOffered => 400,
-            Rejected::MissingToken | Rejected::MalformedAuthorization | Rejected::UnknownToken => {
-                401
-            }
+            Rejected::MissingToken
+            | Rejected::MalformedAuthorization
+            | Rejected::UnknownToken
+            | Rejected::TokenTooLong => 401,
         }
     }
 
@@ -331,7 +337,13 @@ impl Rejected {
 /// 2. there must be exactly one `Authorization` header, `Bearer <token>`
 ///    with the scheme in any case, else [`Rejected::MissingToken`] or
 ///    [`Rejected::MalformedAuthorization`] (401);
-/// 3. the token must be in `table` (looked up in constant time), else
+/// 3. the token must be at most
+///    [`MAX_PRESENTED_TOKEN`](super::MAX_PRESENTED_TOKEN) bytes long, else
+///    [`Rejected::TokenTooLong`] (401), decided from its length alone
+///    before it is read any further: a stranger's 60 KiB header costs no
+///    more than a short one;
+/// 4. the token must be in `table` ([`TokenTable::lookup`]: O(1) in the
+///    table's size, its timing telling nothing about any token), else
 ///    [`Rejected::UnknownToken`] (401).
 ///
 /// Then the worker is [`Accepted`]: answer 101 selecting the subprotocol.
@@ -362,7 +374,7 @@ where
     if repeated {
         return Err(Rejected::MalformedAuthorization);
     }
-    let token = bearer_token(authorization.as_ref()).ok_or(Rejected::MalformedAuthorization)?;
+    let token = bearer_token(authorization.as_ref())?;
     let worker = table.lookup(token).ok_or(Rejected::UnknownToken)?;
     Ok(Accepted {
         worker: worker.clone(),
@@ -371,18 +383,24 @@ where
 
 /// The token of an `Authorization: Bearer <token>` value: the scheme is
 /// case-insensitive, followed by one or more spaces and a token without
-/// whitespace; surrounding whitespace is ignored.
-fn bearer_token(value: &str) -> Option<&str> {
+/// whitespace; surrounding whitespace is ignored. A token longer than
+/// [`MAX_PRESENTED_TOKEN`] is refused before it is scanned for whitespace.
+fn bearer_token(value: &str) -> Result<&str, Rejected> {
     let value = value.trim_matches([' ', '\t']);
-    let (scheme, rest) = value.split_once(' ')?;
+    let (scheme, rest) = value
+        .split_once(' ')
+        .ok_or(Rejected::MalformedAuthorization)?;
     if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
+        return Err(Rejected::MalformedAuthorization);
     }
     let token = rest.trim_start_matches(' ');
-    if token.is_empty() || token.contains([' ', '\t']) {
-        return None;
+    if token.len() > MAX_PRESENTED_TOKEN {
+        return Err(Rejected::TokenTooLong);
     }
-    Some(token)
+    if token.is_empty() || token.contains([' ', '\t']) {
+        return Err(Rejected::MalformedAuthorization);
+    }
+    Ok(token)
 }
 
 #[cfg(test)]

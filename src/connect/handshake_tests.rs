@@ -4,11 +4,14 @@ use super::*;
 
 fn table() -> TokenTable {
     let mut t = TokenTable::new();
-    t.insert(WorkerId::new("abc").unwrap(), Token::new("s3cret").unwrap())
-        .unwrap();
+    t.insert(
+        WorkerId::new("abc").unwrap(),
+        Token::new("s3cret-0123456789").unwrap(),
+    )
+    .unwrap();
     t.insert(
         WorkerId::new("other").unwrap(),
-        Token::new("0ther").unwrap(),
+        Token::new("0ther-0123456789").unwrap(),
     )
     .unwrap();
     t
@@ -28,12 +31,12 @@ fn worker_request_headers() {
         [("Sec-WebSocket-Protocol", "strata-worker-connect.v1")]
     );
     assert_eq!(none.len(), 1);
-    let hs = WorkerHandshake::new(Some(Token::new("s3cret").unwrap()));
+    let hs = WorkerHandshake::new(Some(Token::new("s3cret-0123456789").unwrap()));
     let with = hs.request_headers();
     assert_eq!(
         with.iter().collect::<Vec<_>>(),
         [
-            ("Authorization", "Bearer s3cret"),
+            ("Authorization", "Bearer s3cret-0123456789"),
             ("Sec-WebSocket-Protocol", "strata-worker-connect.v1")
         ]
     );
@@ -48,7 +51,7 @@ fn worker_request_headers() {
 
 #[test]
 fn no_debug_or_display_shows_the_token() {
-    let hs = WorkerHandshake::new(Some(Token::new("s3cret").unwrap()));
+    let hs = WorkerHandshake::new(Some(Token::new("s3cret-0123456789").unwrap()));
     let headers = hs.request_headers();
     let accepted = decide_upgrade(&table(), headers.iter()).unwrap();
     let outputs = [
@@ -62,7 +65,7 @@ fn no_debug_or_display_shows_the_token() {
         format!("{}", hs.token().unwrap()),
     ];
     for s in &outputs {
-        assert!(!s.contains("s3cret"), "{s}");
+        assert!(!s.contains("s3cret-0123456789"), "{s}");
     }
     assert!(outputs[2].contains("Bearer <redacted>"), "{}", outputs[2]);
     for r in [
@@ -71,7 +74,7 @@ fn no_debug_or_display_shows_the_token() {
         Rejected::MalformedAuthorization,
         Rejected::UnknownToken,
     ] {
-        assert!(!format!("{r} {r:?}").contains("s3cret"));
+        assert!(!format!("{r} {r:?}").contains("s3cret-0123456789"));
     }
 }
 
@@ -154,22 +157,22 @@ fn verdict_on_status_and_errors() {
 #[test]
 fn relay_accepts_known_token_with_subprotocol() {
     assert_eq!(
-        decide(&[P, ("Authorization", "Bearer s3cret")]),
+        decide(&[P, ("Authorization", "Bearer s3cret-0123456789")]),
         Ok("abc".into())
     );
     assert_eq!(
-        decide(&[("authorization", "bearer 0ther"), P]),
+        decide(&[("authorization", "bearer 0ther-0123456789"), P]),
         Ok("other".into())
     );
     assert_eq!(
-        decide(&[P, ("AUTHORIZATION", "BEARER s3cret")]),
+        decide(&[P, ("AUTHORIZATION", "BEARER s3cret-0123456789")]),
         Ok("abc".into())
     );
     assert_eq!(
-        decide(&[P, ("Authorization", "  BeArEr   s3cret \t")]),
+        decide(&[P, ("Authorization", "  BeArEr   s3cret-0123456789 \t")]),
         Ok("abc".into())
     );
-    let a = decide_upgrade(&table(), [P, ("Authorization", "Bearer s3cret")]).unwrap();
+    let a = decide_upgrade(&table(), [P, ("Authorization", "Bearer s3cret-0123456789")]).unwrap();
     assert_eq!(a.status(), 101);
     assert_eq!(a.subprotocol(), "strata-worker-connect.v1");
     assert_eq!(
@@ -181,7 +184,7 @@ fn relay_accepts_known_token_with_subprotocol() {
 
 #[test]
 fn relay_parses_offered_subprotocols() {
-    let auth = ("Authorization", "Bearer s3cret");
+    let auth = ("Authorization", "Bearer s3cret-0123456789");
     let offers: &[&[(&str, &str)]] = &[
         &[("Sec-WebSocket-Protocol", "chat, strata-worker-connect.v1")],
         &[("sec-websocket-protocol", "strata-worker-connect.v1,chat")],
@@ -228,25 +231,28 @@ fn relay_refuses_missing_or_unknown_token() {
     let bad = |v: &str| decide(&[P, ("Authorization", v)]);
     assert_eq!(bad("Bearer nope"), Err(Rejected::UnknownToken));
     assert_eq!(bad("Bearer s3cre"), Err(Rejected::UnknownToken));
-    assert_eq!(bad("Bearer s3crett"), Err(Rejected::UnknownToken));
-    assert_eq!(bad("Bearer S3CRET"), Err(Rejected::UnknownToken));
+    assert_eq!(
+        bad("Bearer s3cret-0123456789t"),
+        Err(Rejected::UnknownToken)
+    );
+    assert_eq!(bad("Bearer S3CRET-0123456789"), Err(Rejected::UnknownToken));
     for v in [
         "",
         "Bearer",
         "Bearer ",
-        "s3cret",
-        "Basic s3cret",
-        "Bearers3cret",
-        "Bearer s3cret x",
-        "Bearer\ts3cret",
+        "s3cret-0123456789",
+        "Basic s3cret-0123456789",
+        "Bearers3cret-0123456789",
+        "Bearer s3cret-0123456789 x",
+        "Bearer\ts3cret-0123456789",
     ] {
         assert_eq!(bad(v), Err(Rejected::MalformedAuthorization), "{v:?}");
     }
     assert_eq!(
         decide(&[
             P,
-            ("Authorization", "Bearer s3cret"),
-            ("Authorization", "Bearer s3cret")
+            ("Authorization", "Bearer s3cret-0123456789"),
+            ("Authorization", "Bearer s3cret-0123456789")
         ]),
         Err(Rejected::MalformedAuthorization)
     );
@@ -254,12 +260,75 @@ fn relay_refuses_missing_or_unknown_token() {
         Rejected::MissingToken,
         Rejected::MalformedAuthorization,
         Rejected::UnknownToken,
+        Rejected::TokenTooLong,
     ] {
         assert_eq!(r.status(), 401);
         assert_eq!(r.response_headers(), [("WWW-Authenticate", "Bearer")]);
     }
     assert_eq!(
-        decide_upgrade(&TokenTable::new(), [P, ("Authorization", "Bearer s3cret")]),
+        decide_upgrade(
+            &TokenTable::new(),
+            [P, ("Authorization", "Bearer s3cret-0123456789")]
+        ),
         Err(Rejected::UnknownToken)
+    );
+}
+
+/// Issue 23: a bearer token over `MAX_PRESENTED_TOKEN` is refused (401)
+/// from its length alone, before any lookup; one at the bound is looked up
+/// as usual.
+#[test]
+fn a_token_over_the_cap_is_refused_before_any_lookup() {
+    use crate::connect::token::work_done;
+    use crate::connect::MAX_PRESENTED_TOKEN;
+    let at_cap = "c".repeat(MAX_PRESENTED_TOKEN);
+    let mut t = table();
+    t.insert(WorkerId::new("big").unwrap(), Token::new(&at_cap).unwrap())
+        .unwrap();
+    let with = |auth: &str| {
+        let before = work_done();
+        let decision = decide_upgrade(&t, [P, ("Authorization", auth)]).map(|a| a.into_worker());
+        (decision, work_done() - before)
+    };
+
+    // At the bound: an ordinary lookup, known or not.
+    let (ok, _) = with(&format!("Bearer {at_cap}"));
+    assert_eq!(ok.unwrap(), "big");
+    let near = format!("{}d", &at_cap[1..]);
+    assert_eq!(
+        with(&format!("Bearer {near}")).0,
+        Err(Rejected::UnknownToken)
+    );
+    // Surrounding white space does not count.
+    assert_eq!(with(&format!("  Bearer   {at_cap} \t")).0.unwrap(), "big");
+
+    // One byte over (even a valid token with one more byte), a 60 KiB
+    // token, one with spaces in it: 401 without hashing or comparing a byte.
+    let flood = "x".repeat(60 * 1024);
+    for auth in [
+        format!("Bearer {at_cap}c"),
+        format!("Bearer {flood}"),
+        format!("bearer {flood} {flood}"),
+    ] {
+        let (decision, work) = with(&auth);
+        assert_eq!(
+            decision,
+            Err(Rejected::TokenTooLong),
+            "{} bytes",
+            auth.len()
+        );
+        assert_eq!(work, 0, "the lookup ran");
+    }
+    let r = Rejected::TokenTooLong;
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.response_headers(), [("WWW-Authenticate", "Bearer")]);
+    assert_eq!(
+        r.to_string(),
+        "the worker presented a token longer than 1024 bytes"
+    );
+    // Another scheme stays malformed, whatever its length.
+    assert_eq!(
+        with(&format!("Basic {flood}")).0,
+        Err(Rejected::MalformedAuthorization)
     );
 }

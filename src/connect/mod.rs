@@ -31,8 +31,12 @@
 //! The relay's [`decide_upgrade`] answers 400 if the subprotocol is not
 //! offered, 401 if the bearer token is missing, malformed or unknown, and
 //! otherwise 101 selecting the subprotocol, naming the worker the token
-//! belongs to. [`TokenTable::lookup`] compares the presented token against
-//! every entry in constant time, without an early exit.
+//! belongs to. A token longer than [`MAX_PRESENTED_TOKEN`] (1 KiB) is
+//! refused (401) before any lookup. [`TokenTable::lookup`] costs O(1)
+//! whatever the table's size: it finds the entry by a secret-keyed digest of
+//! the presented token and checks it with a constant-time compare, so its
+//! timing tells a stranger nothing about any token. A table holds tokens of
+//! [`MIN_TABLE_TOKEN`] (16) to [`MAX_PRESENTED_TOKEN`] bytes.
 //!
 //! A worker behind a load balancer that routes by worker id dials a URL that
 //! names it, `/connect/<id>` ([`ConnectTarget`]); [`decide_upgrade_for`]
@@ -147,14 +151,14 @@
 //! use worker_relay::frame::{ControlFrame, Headers, StreamId};
 //!
 //! let mut tokens = TokenTable::new();
-//! tokens.insert(WorkerId::new("abc")?, Token::new("s3cret")?)?;
+//! tokens.insert(WorkerId::new("abc")?, Token::new("ct-abc-1f3a9c27d85e40b6")?)?;
 //!
 //! // 1. A worker's upgrade request (the WebSocket library checks the rest).
 //! let upgrade = [
 //!     ("Host", "relay.example.com"),
 //!     ("Upgrade", "websocket"),
 //!     ("Sec-WebSocket-Protocol", "strata-worker-connect.v1"),
-//!     ("Authorization", "Bearer s3cret"),
+//!     ("Authorization", "Bearer ct-abc-1f3a9c27d85e40b6"),
 //! ];
 //! let worker = match decide_upgrade(&tokens, upgrade) {
 //!     Ok(accepted) => {
@@ -176,7 +180,7 @@
 //! // An unknown token is a 401, a missing subprotocol a 400.
 //! let bad = [("Sec-WebSocket-Protocol", "strata-worker-connect.v1"), ("Authorization", "Bearer nope")];
 //! assert_eq!(decide_upgrade(&tokens, bad).unwrap_err().status(), 401);
-//! let old = [("Sec-WebSocket-Protocol", "chat"), ("Authorization", "Bearer s3cret")];
+//! let old = [("Sec-WebSocket-Protocol", "chat"), ("Authorization", "Bearer ct-abc-1f3a9c27d85e40b6")];
 //! assert_eq!(decide_upgrade(&tokens, old).unwrap_err().status(), 400);
 //!
 //! // 2. A caller's request for the worker.
@@ -219,6 +223,8 @@ pub use handshake::{
     decide_upgrade, Accepted, Refused, Rejected, RequestHeaders, RetryReason, Verdict,
     WorkerHandshake, AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL, WWW_AUTHENTICATE,
 };
-pub use token::{Token, TokenError, TokenTable, TokenTableError, REDACTED};
+pub use token::{
+    Token, TokenError, TokenTable, TokenTableError, MAX_PRESENTED_TOKEN, MIN_TABLE_TOKEN, REDACTED,
+};
 pub use token_file::{TokenFileError, TokenLineError};
 pub use url::{Route, UrlError, UrlMap, WorkerId, WorkerIdError};

@@ -2,7 +2,9 @@
 //! relay's table of worker tokens.
 
 use super::WorkerId;
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::hint::black_box;
 
 /// What [`Token`] prints in place of the secret, in `Debug` and `Display`.
@@ -104,6 +106,7 @@ pub enum TokenError {
 /// An empty secret equals only an empty input (tokens are never empty, so the
 /// relay never takes that branch).
 pub(crate) fn constant_time_eq(presented: &[u8], secret: &[u8]) -> bool {
+    count_work(presented.len());
     if secret.is_empty() {
         return presented.is_empty();
     }
@@ -114,105 +117,195 @@ pub(crate) fn constant_time_eq(presented: &[u8], secret: &[u8]) -> bool {
     black_box(diff) == 0
 }
 
+/// The longest token a relay looks up, in bytes (1 KiB).
+///
+/// [`decide_upgrade`](super::decide_upgrade) (and so every relay built on
+/// it) refuses a longer bearer token with
+/// [`Rejected::TokenTooLong`](super::Rejected::TokenTooLong) (401) before
+/// any lookup, and a [`TokenTable`] holds no longer token, so what a
+/// stranger's handshake costs the relay is bounded by this, whatever the
+/// size of the header it sent. Real tokens are far shorter: 32 random bytes
+/// are 64 hex digits or 43 base64 characters.
+pub const MAX_PRESENTED_TOKEN: usize = 1024;
+
+/// The shortest token a [`TokenTable`] holds, in bytes (16).
+///
+/// A floor against placeholders and passwords (`s3cret`, `changeme`), not
+/// a measure of randomness: even the weakest token that passes, 16 hex
+/// digits (64 random bits), withstands a million guesses a second against
+/// a table of 10,000 workers for decades (2⁶⁴ / (10⁶ · 10⁴) s ≈ 58
+/// years). Make tokens of 16 random bytes or more (`openssl rand -hex 16`
+/// gives 32 hex digits, 128 bits). A [`Token`] the worker presents has no
+/// floor: that is the relay's to decide.
+pub const MIN_TABLE_TOKEN: usize = 16;
+
 /// The relay's credentials: which token belongs to which worker.
 ///
 /// Each worker has one token and no two workers share one, so a token names
-/// exactly one worker. [`TokenTable::lookup`] compares the presented token
-/// against every entry in constant time, with no early exit on a match.
+/// exactly one worker. Every token is [`MIN_TABLE_TOKEN`] to
+/// [`MAX_PRESENTED_TOKEN`] bytes long.
+///
+/// # Lookup: O(1), and what its timing tells a stranger
+///
+/// Each table draws a secret key when it is created (std's `RandomState`:
+/// keys from the operating system's randomness, drawn once per thread and
+/// varied for each table) and files each token under its *digest*: std's
+/// keyed hash (SipHash-1-3 today, the hash std relies on against HashDoS)
+/// of a domain byte and the token, computed for two domains, 128 bits in
+/// all. [`TokenTable::lookup`] digests the presented token once, finds at
+/// most one entry with that digest in a hash map, and checks that
+/// candidate with the constant-time compare of [`Token::matches`]. Its cost is one pass over the presented token for
+/// the digest plus, only when a candidate is found, one for the compare;
+/// it does not depend on the number of entries. Presented tokens longer
+/// than [`MAX_PRESENTED_TOKEN`] (or shorter than [`MIN_TABLE_TOKEN`]) are
+/// answered `None` at once: no entry can match them.
+///
+/// What can the running time reveal? The digest takes time that depends
+/// only on the presented length, which the stranger chose. The hash map's
+/// probe branches and compares early-exit, but only on digests: it can at
+/// most tell whether some bits of the presented token's digest equal some
+/// bits of a stored token's digest. Under a secret key those digests are
+/// pseudo-random, and a new guess gets a fresh, unrelated digest whatever
+/// it shares with the last one, so there is no byte-by-byte progress to
+/// measure (the leak of an early-exit compare of the tokens themselves),
+/// and knowing a digest would not give the token anyway. The final compare
+/// runs only when the digests are equal, which for a wrong token happens
+/// with probability 2⁻¹²⁸; it reads every presented byte. So a stranger
+/// learns nothing about any token but what the answer (401 or 101) says.
+///
+/// Two tokens are the same token for the uniqueness check when their
+/// digests are equal; two different tokens collide with probability about
+/// n² / 2¹²⁹ (10⁻³⁰ for 10,000 tokens), and the later one would then be
+/// refused as a duplicate.
 ///
 /// `Debug` lists the workers and never their tokens.
 #[derive(Clone, Default)]
 pub struct TokenTable {
-    entries: Vec<(WorkerId, Token)>,
+    /// The table's secret key for [`digest`](Self::digest).
+    key: RandomState,
+    /// Each token's digest → its worker and the token itself.
+    by_digest: HashMap<Digest, (WorkerId, Token)>,
+    /// Each worker → the digest of its token.
+    by_worker: HashMap<WorkerId, Digest>,
 }
 
+/// A token's keyed digest (see [`TokenTable`]).
+type Digest = u128;
+
 impl TokenTable {
-    /// An empty table.
+    /// An empty table, with a new secret key.
     pub fn new() -> TokenTable {
         TokenTable::default()
     }
 
     /// Sets `worker`'s token, returning the token it replaces.
     ///
-    /// Refused if another worker already has this token: the token is what
-    /// tells the relay which worker a socket is, so it must be unique.
+    /// Refused if the token is shorter than [`MIN_TABLE_TOKEN`]
+    /// ([`TokenTableError::TooShort`]) or longer than
+    /// [`MAX_PRESENTED_TOKEN`] ([`TokenTableError::TooLong`]: no handshake
+    /// could present it), or if another worker already has it
+    /// ([`TokenTableError::DuplicateToken`]): the token is what tells the
+    /// relay which worker a socket is, so it must be unique.
     pub fn insert(
         &mut self,
         worker: WorkerId,
         token: Token,
     ) -> Result<Option<Token>, TokenTableError> {
-        let mut shared = false;
-        for (id, t) in &self.entries {
-            shared |= *id != worker && *t == token;
+        let len = token.expose_secret().len();
+        if len < MIN_TABLE_TOKEN {
+            return Err(TokenTableError::TooShort {
+                worker,
+                min: MIN_TABLE_TOKEN,
+            });
         }
-        if shared {
-            return Err(TokenTableError::DuplicateToken { worker });
+        if len > MAX_PRESENTED_TOKEN {
+            return Err(TokenTableError::TooLong {
+                worker,
+                max: MAX_PRESENTED_TOKEN,
+            });
         }
-        match self.entries.iter_mut().find(|(id, _)| *id == worker) {
-            Some((_, t)) => Ok(Some(std::mem::replace(t, token))),
-            None => {
-                self.entries.push((worker, token));
-                Ok(None)
+        let digest = self.digest(token.expose_secret().as_bytes());
+        if let Some((owner, _)) = self.by_digest.get(&digest) {
+            if *owner != worker {
+                return Err(TokenTableError::DuplicateToken { worker });
             }
         }
+        let old = self
+            .by_worker
+            .insert(worker.clone(), digest)
+            .and_then(|old| self.by_digest.remove(&old))
+            .map(|(_, token)| token);
+        self.by_digest.insert(digest, (worker, token));
+        Ok(old)
     }
 
     /// Removes `worker` and returns its token.
     pub fn remove(&mut self, worker: &str) -> Option<Token> {
-        let i = self
-            .entries
-            .iter()
-            .position(|(id, _)| id.as_str() == worker)?;
-        Some(self.entries.swap_remove(i).1)
+        let digest = self.by_worker.remove(worker)?;
+        self.by_digest.remove(&digest).map(|(_, token)| token)
     }
 
     /// Whether `worker` has a token.
     pub fn contains(&self, worker: &str) -> bool {
-        self.entries.iter().any(|(id, _)| id.as_str() == worker)
+        self.by_worker.contains_key(worker)
     }
 
     /// Number of workers.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.by_worker.len()
     }
 
     /// Whether the table is empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.by_worker.is_empty()
     }
 
     /// The workers, in no particular order.
     pub fn workers(&self) -> impl Iterator<Item = &WorkerId> {
-        self.entries.iter().map(|(id, _)| id)
+        self.by_worker.keys()
     }
 
     /// The worker whose token is `presented`, if any.
     ///
-    /// Compares against every entry with a constant-time comparison and selects the
-    /// match with a mask rather than a branch, so the time taken depends on the
-    /// number of entries and the presented length, not on which entry (if any)
-    /// matches.
+    /// O(1) in the number of entries and at most two passes over
+    /// `presented` (none if it is longer than [`MAX_PRESENTED_TOKEN`]);
+    /// its timing tells nothing about any token (see [`TokenTable`]).
     pub fn lookup(&self, presented: &str) -> Option<&WorkerId> {
         let presented = presented.as_bytes();
-        // Index of the match plus one; 0 means none.
-        let mut found: usize = 0;
-        for (i, (_, token)) in self.entries.iter().enumerate() {
-            let mask = usize::from(token.matches(presented)).wrapping_neg();
-            found = black_box(found | (mask & (i + 1)));
+        if !(MIN_TABLE_TOKEN..=MAX_PRESENTED_TOKEN).contains(&presented.len()) {
+            return None;
         }
-        found.checked_sub(1).map(|i| &self.entries[i].0)
+        let (worker, token) = self.by_digest.get(&self.digest(presented))?;
+        token.matches(presented).then_some(worker)
+    }
+
+    /// The digest of `token` under this table's key: std's keyed hash
+    /// (`RandomState`'s `DefaultHasher`) of a domain byte and the token,
+    /// for two domains, 128 bits. Its time depends only on `token.len()`.
+    fn digest(&self, token: &[u8]) -> Digest {
+        count_work(2 * token.len());
+        let half = |domain: u8| {
+            let mut h = self.key.build_hasher();
+            h.write_u8(domain);
+            h.write(token);
+            h.finish()
+        };
+        (u128::from(half(0)) << 64) | u128::from(half(1))
     }
 }
 
 impl fmt::Debug for TokenTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut entries: Vec<_> = self.by_digest.values().collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
         f.debug_map()
-            .entries(self.entries.iter().map(|(id, t)| (id, t)))
+            .entries(entries.into_iter().map(|(id, t)| (id, t)))
             .finish()
     }
 }
 
-/// Why a [`TokenTable`] refused an entry.
+/// Why a [`TokenTable`] refused an entry. The message names the worker,
+/// never the token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TokenTableError {
@@ -222,147 +315,46 @@ pub enum TokenTableError {
         /// The worker whose entry was refused.
         worker: WorkerId,
     },
+    /// The token is shorter than [`MIN_TABLE_TOKEN`].
+    #[error("the token given for worker {worker} is shorter than {min} bytes")]
+    TooShort {
+        /// The worker whose entry was refused.
+        worker: WorkerId,
+        /// The minimum length, in bytes ([`MIN_TABLE_TOKEN`]).
+        min: usize,
+    },
+    /// The token is longer than [`MAX_PRESENTED_TOKEN`]: no handshake
+    /// could present it.
+    #[error("the token given for worker {worker} is longer than {max} bytes")]
+    TooLong {
+        /// The worker whose entry was refused.
+        worker: WorkerId,
+        /// The maximum length, in bytes ([`MAX_PRESENTED_TOKEN`]).
+        max: usize,
+    },
+}
+
+/// Counts bytes hashed or compared on behalf of a lookup. Tests read it
+/// ([`work_done`]) to check the cost of a lookup without timing it.
+#[inline]
+fn count_work(bytes: usize) {
+    #[cfg(test)]
+    WORK.with(|w| w.set(w.get() + bytes));
+    #[cfg(not(test))]
+    let _ = bytes;
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn id(s: &str) -> WorkerId {
-        WorkerId::new(s).unwrap()
-    }
-
-    #[test]
-    fn token_validation() {
-        assert_eq!(Token::new("").unwrap_err(), TokenError::Empty);
-        assert_eq!(Token::new("a b").unwrap_err(), TokenError::InvalidChar);
-        assert_eq!(Token::new("ab\n").unwrap_err(), TokenError::InvalidChar);
-        assert_eq!(
-            Token::new("caf\u{e9}").unwrap_err(),
-            TokenError::InvalidChar
-        );
-        assert_eq!(
-            Token::new("a-b_c.d~e+f/g=").unwrap().expose_secret(),
-            "a-b_c.d~e+f/g="
-        );
-        assert_eq!(Token::from_env_value(None), Ok(None));
-        assert_eq!(Token::from_env_value(Some(String::new())), Ok(None));
-        assert_eq!(
-            Token::from_env_value(Some("t0k".into())),
-            Ok(Some(Token::new("t0k").unwrap()))
-        );
-        assert!(Token::from_env_value(Some(" ".into())).is_err());
-    }
-
-    #[test]
-    fn token_is_never_displayed() {
-        let t = Token::new("hunter2-very-secret").unwrap();
-        for s in [
-            format!("{t:?}"),
-            format!("{t:#?}"),
-            format!("{t}"),
-            format!("{:?}", Some(&t)),
-            t.to_string(),
-        ] {
-            assert!(!s.contains("hunter2"), "{s}");
-            assert!(s.contains(REDACTED), "{s}");
-        }
-        let e = TokenError::InvalidChar.to_string();
-        assert!(!e.contains("hunter2"));
-    }
-
-    #[test]
-    fn constant_time_eq_agrees_with_eq() {
-        let cases: &[(&[u8], &[u8])] = &[
-            (b"", b""),
-            (b"", b"a"),
-            (b"a", b""),
-            (b"abc", b"abc"),
-            (b"abc", b"abd"),
-            (b"abc", b"ab"),
-            (b"ab", b"abc"),
-            (b"abcabc", b"abc"),
-            (b"abc", b"abcabc"),
-            (b"xbc", b"abc"),
-        ];
-        for &(a, b) in cases {
-            assert_eq!(constant_time_eq(a, b), a == b, "{a:?} vs {b:?}");
-        }
-    }
-
-    #[test]
-    fn table_lookup_and_uniqueness() {
-        let mut table = TokenTable::new();
-        assert!(table.is_empty());
-        assert_eq!(table.lookup("x"), None);
-        table
-            .insert(id("abc"), Token::new("tok-abc").unwrap())
-            .unwrap();
-        table
-            .insert(id("other"), Token::new("tok-other").unwrap())
-            .unwrap();
-        table.insert(id("z"), Token::new("tok").unwrap()).unwrap();
-        assert_eq!(table.len(), 3);
-        assert_eq!(table.lookup("tok-abc").map(WorkerId::as_str), Some("abc"));
-        assert_eq!(
-            table.lookup("tok-other").map(WorkerId::as_str),
-            Some("other")
-        );
-        assert_eq!(table.lookup("tok").map(WorkerId::as_str), Some("z"));
-        assert_eq!(table.lookup("tok-ab"), None);
-        assert_eq!(table.lookup("tok-abcd"), None);
-        assert_eq!(table.lookup(""), None);
-
-        // A token names one worker.
-        assert_eq!(
-            table.insert(id("dup"), Token::new("tok-abc").unwrap()),
-            Err(TokenTableError::DuplicateToken { worker: id("dup") })
-        );
-        // Re-keying a worker replaces its token (even with the same one).
-        let old = table
-            .insert(id("abc"), Token::new("tok-abc").unwrap())
-            .unwrap();
-        assert_eq!(old, Some(Token::new("tok-abc").unwrap()));
-        let old = table.insert(id("abc"), Token::new("new").unwrap()).unwrap();
-        assert_eq!(old, Some(Token::new("tok-abc").unwrap()));
-        assert_eq!(table.lookup("tok-abc"), None);
-        assert_eq!(table.lookup("new").map(WorkerId::as_str), Some("abc"));
-
-        assert!(table.contains("other"));
-        assert_eq!(
-            table.remove("other"),
-            Some(Token::new("tok-other").unwrap())
-        );
-        assert!(!table.contains("other"));
-        assert_eq!(table.lookup("tok-other"), None);
-        assert_eq!(table.remove("other"), None);
-        let mut ws: Vec<&str> = table.workers().map(WorkerId::as_str).collect();
-        ws.sort();
-        assert_eq!(ws, ["abc", "z"]);
-    }
-
-    #[test]
-    fn table_debug_hides_tokens() {
-        let mut table = TokenTable::new();
-        table
-            .insert(id("abc"), Token::new("s3cret-abc").unwrap())
-            .unwrap();
-        let s = format!("{table:?} {table:#?}");
-        assert!(s.contains("abc") && !s.contains("s3cret"), "{s}");
-        let e = TokenTableError::DuplicateToken { worker: id("abc") };
-        assert!(!format!("{e} {e:?}").contains("s3cret"));
-    }
-
-    mod props {
-        use super::super::constant_time_eq;
-        use proptest::prelude::*;
-
-        proptest! {
-            #[test]
-            fn constant_time_eq_is_eq(a in prop::collection::vec(any::<u8>(), 0..24), b in prop::collection::vec(any::<u8>(), 0..24)) {
-                prop_assert_eq!(constant_time_eq(&a, &b), a == b);
-                prop_assert!(constant_time_eq(&a, &a));
-            }
-        }
-    }
+thread_local! {
+    static WORK: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
+
+/// Bytes hashed or compared so far on this thread (see [`count_work`]).
+#[cfg(test)]
+pub(crate) fn work_done() -> usize {
+    WORK.with(std::cell::Cell::get)
+}
+
+#[cfg(test)]
+#[path = "token_tests.rs"]
+mod tests;

@@ -33,22 +33,35 @@ pub enum TokenLineError {
     /// Another worker has the same token.
     #[error("{0}")]
     DuplicateToken(TokenTableError),
+    /// The token is shorter than [`MIN_TABLE_TOKEN`](super::MIN_TABLE_TOKEN)
+    /// or longer than [`MAX_PRESENTED_TOKEN`](super::MAX_PRESENTED_TOKEN)
+    /// ([`TokenTableError::TooShort`], [`TokenTableError::TooLong`]).
+    #[error("{0}")]
+    TokenLength(TokenTableError),
 }
 
 impl TokenTable {
     /// Parses a tokens file: one `<worker-id> <connect-token>` per line,
     /// separated by white space; blank lines and lines starting with `#` are
-    /// skipped. A malformed line, a worker listed twice or a token shared by
-    /// two workers refuses the whole file, naming the line (never the
-    /// token).
+    /// skipped. A malformed line, a worker listed twice, a token shared by
+    /// two workers, or one shorter than
+    /// [`MIN_TABLE_TOKEN`](super::MIN_TABLE_TOKEN) (16 bytes) or longer
+    /// than [`MAX_PRESENTED_TOKEN`](super::MAX_PRESENTED_TOKEN) refuses the
+    /// whole file, naming the line (never the token).
     ///
     /// ```
     /// use worker_relay::connect::TokenTable;
     ///
-    /// let table = TokenTable::parse("# id token\nabc s3cret\n\nxyz 0th3r\n")?;
-    /// assert_eq!(table.lookup("s3cret").map(|w| w.as_str()), Some("abc"));
-    /// let err = TokenTable::parse("abc s3cret\nabc again\n").unwrap_err();
-    /// assert_eq!(err.to_string(), "line 2: worker abc is listed twice");
+    /// let text = "# id token\nabc ct-abc-1f3a9c27d85e40b6\n\nxyz ct-xyz-80c2e5f1a4d97b36\n";
+    /// let table = TokenTable::parse(text)?;
+    /// assert_eq!(table.lookup("ct-abc-1f3a9c27d85e40b6").map(|w| w.as_str()), Some("abc"));
+    /// let err = TokenTable::parse("abc ct-abc-1f3a9c27d85e40b6\nabc ct-abc-again-0123456\n");
+    /// assert_eq!(err.unwrap_err().to_string(), "line 2: worker abc is listed twice");
+    /// let err = TokenTable::parse("abc ct-abc-1f3a9c27d85e40b6\nxyz s3cret\n").unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "line 2: the token given for worker xyz is shorter than 16 bytes"
+    /// );
     /// # Ok::<(), worker_relay::connect::TokenFileError>(())
     /// ```
     pub fn parse(text: &str) -> Result<TokenTable, TokenFileError> {
@@ -72,9 +85,12 @@ impl TokenTable {
             if table.contains(id.as_str()) {
                 return Err(at(TokenLineError::DuplicateWorker(id)));
             }
-            table
-                .insert(id, token)
-                .map_err(|e| at(TokenLineError::DuplicateToken(e)))?;
+            table.insert(id, token).map_err(|e| {
+                at(match e {
+                    TokenTableError::DuplicateToken { .. } => TokenLineError::DuplicateToken(e),
+                    _ => TokenLineError::TokenLength(e),
+                })
+            })?;
         }
         Ok(table)
     }
@@ -83,18 +99,27 @@ impl TokenTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::connect::{MAX_PRESENTED_TOKEN, MIN_TABLE_TOKEN};
+
+    const S1: &str = "s3cret-0123456789";
+    const S2: &str = "s3cret-9876543210";
 
     fn line_error(text: &str) -> (usize, TokenLineError) {
         let e = TokenTable::parse(text).unwrap_err();
         (e.line, e.reason)
     }
 
+    fn id(s: &str) -> WorkerId {
+        WorkerId::new(s).unwrap()
+    }
+
     #[test]
     fn comments_blank_lines_and_white_space_are_skipped() {
-        let t = TokenTable::parse("\n  # x y\n\tabc \t s3cret  \r\n\nxyz t2\n").unwrap();
+        let text = format!("\n  # x y\n\tabc \t {S1}  \r\n\nxyz {S2}\n");
+        let t = TokenTable::parse(&text).unwrap();
         assert_eq!(t.len(), 2);
-        assert_eq!(t.lookup("s3cret").unwrap().as_str(), "abc");
-        assert_eq!(t.lookup("t2").unwrap().as_str(), "xyz");
+        assert_eq!(t.lookup(S1).unwrap().as_str(), "abc");
+        assert_eq!(t.lookup(S2).unwrap().as_str(), "xyz");
         assert!(TokenTable::parse("").unwrap().is_empty());
     }
 
@@ -102,25 +127,68 @@ mod tests {
     fn every_bad_line_is_named_and_no_token_is_quoted() {
         assert_eq!(line_error("abc\n"), (1, TokenLineError::Fields));
         assert_eq!(
-            line_error("ok t\nabc s3cret extra\n"),
+            line_error(&format!("ok {S1}\nabc {S2} extra\n")),
             (2, TokenLineError::Fields)
         );
         assert!(matches!(
-            line_error("a/b s3cret\n"),
+            line_error(&format!("a/b {S1}\n")),
             (1, TokenLineError::WorkerId(_))
         ));
         assert!(matches!(
-            line_error("abc s3cr\u{e9}t\n"),
+            line_error("abc s3cr\u{e9}t-0123456789\n"),
             (1, TokenLineError::Token(TokenError::InvalidChar))
         ));
         assert!(matches!(
-            line_error("abc s3cret\nxyz s3cret\n"),
+            line_error(&format!("abc {S1}\nxyz {S1}\n")),
             (2, TokenLineError::DuplicateToken(_))
         ));
-        for text in ["abc s3cret\nxyz s3cret\n", "abc s3cret\nabc s3cret\n"] {
-            let e = TokenTable::parse(text).unwrap_err();
+        for text in [
+            format!("abc {S1}\nxyz {S1}\n"),
+            format!("abc {S1}\nabc {S1}\n"),
+            format!("abc {S1}\nxyz s3cret\n"),
+        ] {
+            let e = TokenTable::parse(&text).unwrap_err();
             assert!(!e.to_string().contains("s3cret"), "{e}");
             assert!(!format!("{e:?}").contains("s3cret"), "{e:?}");
         }
+    }
+
+    #[test]
+    fn a_token_outside_the_length_bounds_is_named_by_line_and_worker() {
+        let short = "s".repeat(MIN_TABLE_TOKEN - 1);
+        let text = format!("# tokens\nabc {S1}\n\nxyz {short}\n");
+        let e = TokenTable::parse(&text).unwrap_err();
+        assert_eq!(
+            (e.line, &e.reason),
+            (
+                4,
+                &TokenLineError::TokenLength(TokenTableError::TooShort {
+                    worker: id("xyz"),
+                    min: 16
+                })
+            )
+        );
+        assert_eq!(
+            e.to_string(),
+            "line 4: the token given for worker xyz is shorter than 16 bytes"
+        );
+        let long = "L".repeat(MAX_PRESENTED_TOKEN + 1);
+        assert_eq!(
+            line_error(&format!("big {long}\n")),
+            (
+                1,
+                TokenLineError::TokenLength(TokenTableError::TooLong {
+                    worker: id("big"),
+                    max: 1024
+                })
+            )
+        );
+        // At the bounds: accepted.
+        let text = format!(
+            "a {}\nb {}\n",
+            "m".repeat(MIN_TABLE_TOKEN),
+            "M".repeat(MAX_PRESENTED_TOKEN)
+        );
+        assert_eq!(TokenTable::parse(&text).unwrap().len(), 2);
     }
 }

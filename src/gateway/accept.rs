@@ -3,7 +3,7 @@
 
 use super::{answer, GatewayBody, Inner};
 use crate::connect::{decide_upgrade_at, ConnectTarget, WorkerId};
-use crate::frame::{latin1_to_string, CloseCode, Message, SUBPROTOCOL};
+use crate::frame::{CloseCode, Message, SUBPROTOCOL};
 use crate::rt::{self, DriverError, TokioTimer};
 use crate::ws::WsSocket;
 use futures_core::Stream;
@@ -128,7 +128,7 @@ fn decide<B>(inner: &Inner, req: &Request<B>) -> Result<WorkerId, Refusal> {
     let headers = req
         .headers()
         .iter()
-        .map(|(n, v)| (n.as_str(), latin1_to_string(v.as_bytes())));
+        .map(|(n, v)| (n.as_str(), crate::connect::http::header_text(v)));
     match decide_upgrade_at(&inner.tokens, target, headers) {
         Ok(accepted) => Ok(accepted.into_worker()),
         Err(rejected) => {

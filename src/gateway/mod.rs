@@ -42,7 +42,7 @@
 //! use worker_relay::connect::TokenTable;
 //! use worker_relay::gateway::Gateway;
 //!
-//! let gateway = Gateway::new(TokenTable::parse("abc s3cret")?);
+//! let gateway = Gateway::new(TokenTable::parse("abc ct-abc-1f3a9c27d85e40b6")?);
 //! let app = Router::new()
 //!     .route("/status", get(|| async { "fine" }))
 //!     .route_service("/connect", gateway.connect())

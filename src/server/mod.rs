@@ -25,7 +25,7 @@
 //! use worker_relay::gateway::Gateway;
 //! use worker_relay::server::{serve, ServerConfig};
 //!
-//! let gateway = Gateway::new(TokenTable::parse("abc s3cret")?);
+//! let gateway = Gateway::new(TokenTable::parse("abc ct-abc-1f3a9c27d85e40b6")?);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! // Runs until the process ends: `serve` never returns.
 //! match serve(listener, gateway.service(), ServerConfig::default()).await {}

@@ -5,12 +5,23 @@ use crate::prelude::*;
 pub(crate) const WORKER_IDS: &[&str] = &[
     "abc", "other", "w-1", "W_2", "..", "a.b", "%61bc", "a/b", "",
 ];
-pub(crate) const TOKENS: &[&str] = &["s3cret", "0ther", "tok", "Bearer", "a b", "", "x\u{e9}"];
+/// The first two are long enough for a table; the others are not, or are
+/// not tokens at all.
+pub(crate) const TOKENS: &[&str] = &[
+    "s3cret-0123456789",
+    "0ther-0123456789x",
+    "tok",
+    "Bearer",
+    "a b",
+    "",
+    "x\u{e9}",
+];
 
 /// The relay's handshake decision and its URL mapping on arbitrary input,
 /// against the spec's rules: `decide_upgrade` agrees with a plain reading of
 /// the rules (400 without the subprotocol; 401 for a missing, repeated,
-/// malformed or unknown token; else 101 naming the token's worker); a
+/// malformed, too long or unknown token; else 101 naming the token's
+/// worker); the table refuses tokens outside its length bounds; a
 /// refusal never shows a token; a mapped worker id is one segment of
 /// `[A-Za-z0-9_-]` (no `/`, `.` or `%`), the path after it has no dot
 /// segment, and target = prefix + id + path + query. Also the worker's
@@ -27,7 +38,7 @@ pub fn handshake_and_url(data: &[u8]) {
             _ => c.pick(WORKER_IDS).to_owned(),
         };
         let token = match c.u8() % 3 {
-            0 => String::from_utf8_lossy(c.short_bytes(12)).into_owned(),
+            0 => String::from_utf8_lossy(c.short_bytes(24)).into_owned(),
             _ => c.pick(TOKENS).to_owned(),
         };
         let (Ok(id), Ok(tok)) = (WorkerId::new(id.clone()), Token::new(token.clone())) else {
@@ -39,22 +50,47 @@ pub fn handshake_and_url(data: &[u8]) {
         check_worker_id(id.as_str());
         assert!(!format!("{tok:?}").contains(&token) || "Token(<redacted>)".contains(&token));
         let shared = entries.iter().any(|(w, t)| *w != id && *t == token);
+        let expected = if token.len() < MIN_TABLE_TOKEN {
+            Err(TokenTableError::TooShort {
+                worker: id.clone(),
+                min: MIN_TABLE_TOKEN,
+            })
+        } else if token.len() > MAX_PRESENTED_TOKEN {
+            Err(TokenTableError::TooLong {
+                worker: id.clone(),
+                max: MAX_PRESENTED_TOKEN,
+            })
+        } else if shared {
+            Err(TokenTableError::DuplicateToken { worker: id.clone() })
+        } else {
+            Ok(())
+        };
         match table.insert(id.clone(), tok) {
             Ok(_) => {
-                assert!(!shared, "two workers share a token");
+                assert_eq!(expected, Ok(()), "insert accepted");
                 match entries.iter_mut().find(|(w, _)| *w == id) {
                     Some(e) => e.1 = token,
                     None => entries.push((id, token)),
                 }
             }
-            Err(_) => assert!(shared, "insert refused without a shared token"),
+            Err(e) => {
+                // The message names the worker, never the token (a token
+                // of a few bytes is in any text).
+                let shown = format!("{e} {e:?}").replace(id.as_str(), "<id>");
+                let quoted = token.len() >= 4 && shown.contains(&token);
+                assert!(!quoted || shown_anyway(&token), "{shown}");
+                assert_eq!(Err(e), expected, "insert refused");
+            }
         }
     }
     assert_eq!(table.len(), entries.len());
     let mut twin = TokenTable::new();
     for (i, (w, _)) in entries.iter().enumerate() {
-        twin.insert(w.clone(), Token::new(format!("twin{i}")).expect("valid"))
-            .expect("distinct tokens");
+        twin.insert(
+            w.clone(),
+            Token::new(format!("twin-token-{i:06}")).expect("valid"),
+        )
+        .expect("distinct tokens");
     }
     assert_eq!(
         format!("{table:?}"),
@@ -81,7 +117,7 @@ pub fn handshake_and_url(data: &[u8]) {
             0 if !entries.is_empty() => entries[usize::from(c.u8()) % entries.len()].1.clone(),
             _ => c.pick(TOKENS).to_owned(),
         };
-        let value = match c.u8() % 9 {
+        let value = match c.u8() % 10 {
             0 => SUBPROTOCOL.to_owned(),
             1 => format!("chat, {SUBPROTOCOL}"),
             2 => format!("{SUBPROTOCOL}x"),
@@ -90,6 +126,11 @@ pub fn handshake_and_url(data: &[u8]) {
             5 => format!("Basic {token}"),
             6 => token,
             7 => format!("\t{SUBPROTOCOL} ,,"),
+            // Over the cap by one byte (a known token with a tail).
+            8 => {
+                let tail = "x".repeat((MAX_PRESENTED_TOKEN + 1).saturating_sub(token.len()));
+                format!("Bearer {token}{tail}")
+            }
             _ => String::from_utf8_lossy(c.short_bytes(24)).into_owned(),
         };
         headers.push((name, value));
@@ -254,7 +295,9 @@ pub(crate) fn shown_anyway(token: &str) -> bool {
     const FIXED: &str = "the worker presented no token the Authorization header is not a \
         single bearer token the worker presented an unknown token the worker did not offer \
         the strata-worker-connect.v1 subprotocol SubprotocolNotOffered MissingToken \
-        MalformedAuthorization UnknownToken";
+        MalformedAuthorization UnknownToken the worker presented a token longer than 1024 bytes \
+        TokenTooLong the token given for worker is shorter than 16 bytes is longer than \
+        another worker already has the token given for worker TooShort TooLong DuplicateToken";
     FIXED.contains(token)
 }
 
@@ -285,7 +328,13 @@ pub(crate) fn expected_upgrade(
         return Err(Rejected::MalformedAuthorization);
     };
     let token = rest.trim_start_matches(' ');
-    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || token.contains([' ', '\t']) {
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(Rejected::MalformedAuthorization);
+    }
+    if token.len() > MAX_PRESENTED_TOKEN {
+        return Err(Rejected::TokenTooLong);
+    }
+    if token.is_empty() || token.contains([' ', '\t']) {
         return Err(Rejected::MalformedAuthorization);
     }
     entries

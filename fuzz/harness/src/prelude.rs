@@ -9,8 +9,9 @@ pub(crate) use std::sync::atomic::{AtomicBool, Ordering};
 pub(crate) use std::sync::OnceLock;
 pub(crate) use std::time::{Duration, Instant};
 pub(crate) use worker_relay::connect::{
-    decide_upgrade, Backoff, BackoffConfig, KeepaliveConfig, Rejected, Token, TokenTable, UrlError,
-    UrlMap, Verdict, WorkerId, SEC_WEBSOCKET_PROTOCOL,
+    decide_upgrade, Backoff, BackoffConfig, KeepaliveConfig, Rejected, Token, TokenTable,
+    TokenTableError, UrlError, UrlMap, Verdict, WorkerId, MAX_PRESENTED_TOKEN, MIN_TABLE_TOKEN,
+    SEC_WEBSOCKET_PROTOCOL,
 };
 pub(crate) use worker_relay::frame::{
     self, CloseCode, ControlFrame, Decoded, FrameError, HeadLimits, Headers, Message, RequestHead,
