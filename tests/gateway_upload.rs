@@ -27,7 +27,7 @@ type Piece = Result<Frame<Bytes>, Infallible>;
 type ChannelBody = StreamBody<stream::BoxStream<'static, Piece>>;
 
 fn builder() -> GatewayBuilder {
-    Gateway::builder(TokenTable::parse("abc ct-abc-000000").unwrap())
+    Gateway::builder(TokenTable::parse("abc ct-abc-0000000000").unwrap())
 }
 
 /// What the worker's app saw.
@@ -77,7 +77,7 @@ async fn stack(builder: GatewayBuilder) -> (SocketAddr, Gateway, Arc<Seen>) {
     let svc = tower::service_fn(move |req| app(req, s.clone()));
     let tunnel = Tunnel::new(
         format!("ws://{addr}/connect"),
-        Token::new("ct-abc-000000").ok(),
+        Token::new("ct-abc-0000000000").ok(),
     );
     tokio::spawn(tunnel.run(svc));
     wait_for("the worker to connect", || gateway.is_connected("abc")).await;

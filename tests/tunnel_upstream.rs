@@ -131,13 +131,13 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    let gateway = Gateway::new(TokenTable::parse("abc ct-abc-000000").unwrap());
+    let gateway = Gateway::new(TokenTable::parse("abc ct-abc-0000000000").unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve(listener, gateway.service(), ServerConfig::default()));
     let tunnel = Tunnel::new(
         format!("ws://{addr}/connect"),
-        Token::new("ct-abc-000000").ok(),
+        Token::new("ct-abc-0000000000").ok(),
     );
     tokio::spawn(tunnel.run(service));
     let end = Instant::now() + Duration::from_secs(10);
