@@ -1,7 +1,8 @@
 //! Issue 23: the caller's upload through the gateway. Each piece goes to
 //! the worker when the caller pauses (an interactive upload); the upload
 //! belongs to the request (dropping the forward future or the response body
-//! aborts the stream); a worker that takes none of the body is given up
+//! aborts the stream, and what the caller still sends is discarded for a
+//! bounded time); a worker that takes none of the body is given up
 //! after the send timeout (504), and one that sends no head after the
 //! response-head timeout (504).
 
@@ -9,7 +10,8 @@ use bytes::Bytes;
 use futures_util::stream;
 use http::{Request, Response};
 use http_body::Frame;
-use http_body_util::{BodyExt, StreamBody};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,6 +26,7 @@ use worker_relay::tunnel::{Tunnel, TunnelBody};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Piece = Result<Frame<Bytes>, Infallible>;
+type AppBody = BoxBody<Bytes, BoxError>;
 type ChannelBody = StreamBody<stream::BoxStream<'static, Piece>>;
 
 fn builder() -> GatewayBuilder {
@@ -50,10 +53,18 @@ impl Drop for SetOnDrop {
 
 /// `/echo` streams the body back as it arrives; `/hold` takes the body,
 /// reads none of it and answers after 60 s; `/head-then-hold` answers at
-/// once with a body that never ends, reading none of the request body.
-async fn app(req: Request<TunnelBody>, seen: Arc<Seen>) -> Result<Response<TunnelBody>, BoxError> {
+/// once with a body that never ends, reading none of the request body;
+/// `/refuse` answers 401 at once, reading none of the request body.
+async fn app(req: Request<TunnelBody>, seen: Arc<Seen>) -> Result<Response<AppBody>, BoxError> {
     match req.uri().path() {
-        "/echo" => Ok(Response::new(req.into_body())),
+        "/echo" => Ok(Response::new(req.into_body().map_err(Into::into).boxed())),
+        "/refuse" => {
+            drop(req);
+            let text = Full::new(Bytes::from_static(b"refused unread"));
+            let mut resp = Response::new(text.map_err(|e| match e {}).boxed());
+            *resp.status_mut() = http::StatusCode::UNAUTHORIZED;
+            Ok(resp)
+        }
         "/hold" => {
             let _guard = SetOnDrop(seen.clone());
             seen.entered.store(true, Ordering::SeqCst);
@@ -175,14 +186,18 @@ async fn read_echo(body: &mut hyper::body::Incoming, into: &mut Vec<u8>, want: u
     }
 }
 
-/// The forward future dropped before the head (as a timeout layer does)
+/// Dropping the forward future before the head aborts the stream at once
 /// while the caller's body is still open: the worker sees its client go at
 /// once and the stream is gone (on 98ad246 the detached upload task kept
 /// the stream open for as long as the caller's body stayed open). And the
 /// response body dropped after the head, the upload unfinished: the same.
+/// Either way what the caller still sends is read and discarded (so that a
+/// server in front would not reset a caller that is still writing), and
+/// the body is let go after the lingering time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_request_aborts_its_upload() {
-    let (_, gateway, seen) = stack(builder()).await;
+    let linger = Duration::from_millis(500);
+    let (_, gateway, seen) = stack(builder().lingering_time(linger)).await;
     let mut forward = gateway.forward();
 
     // Before the head.
@@ -199,10 +214,13 @@ async fn dropping_the_request_aborts_its_upload() {
     })
     .await;
     wait_for("the stream to close", || streams_open(&gateway) == 0).await;
+    let dropped = Instant::now();
+    assert_still_read(&tx).await;
     wait_for("the upload to let go of the caller's body", || {
         tx.is_closed()
     })
     .await;
+    assert!(dropped.elapsed() >= linger - Duration::from_millis(100));
     drop(tx);
 
     // After the head: /echo answers at once; the caller keeps its body open,
@@ -225,10 +243,93 @@ async fn dropping_the_request_aborts_its_upload() {
     assert_eq!(streams_open(&gateway), 1);
     drop(resp_body);
     wait_for("the stream to close", || streams_open(&gateway) == 0).await;
+    assert_still_read(&tx).await;
     wait_for("the upload to let go of the caller's body", || {
         tx.is_closed()
     })
     .await;
+}
+
+/// Twenty more pieces of the caller's body are taken (the channel holds
+/// one), within 5 s.
+async fn assert_still_read(tx: &tokio::sync::mpsc::Sender<Piece>) {
+    for i in 0..20 {
+        tokio::time::timeout(Duration::from_secs(5), tx.send(piece(vec![b'x'; 4096])))
+            .await
+            .unwrap_or_else(|_| panic!("piece {i} of the discarded body was not taken in 5 s"))
+            .unwrap_or_else(|_| panic!("the body was let go before piece {i}"));
+    }
+}
+
+/// A worker that answers before it reads the body (a 401): the rest of the
+/// body is discarded, not sent; a caller that sends nothing more is let go
+/// after the upload timeout, within the lingering time; one whose body
+/// ends is let go when it ends, and its connection serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_answer_discards_the_rest_of_the_body_within_bounds() {
+    let upload_timeout = Duration::from_millis(400);
+    let (addr, gateway, _) = stack(builder().upload_timeout(upload_timeout)).await;
+    let mut forward = gateway.forward();
+
+    // A caller that stops sending: let go after the upload timeout.
+    let (tx, body) = channel_body();
+    tx.send(piece("a first piece")).await.unwrap();
+    let req = Request::post("/w/abc/refuse").body(body).unwrap();
+    let resp = forward.call(req).await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let whole = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(whole, "refused unread");
+    wait_for("the stream to close", || streams_open(&gateway) == 0).await;
+    assert_still_read(&tx).await;
+    let idle = Instant::now();
+    wait_for("the upload to let go of a silent caller's body", || {
+        tx.is_closed()
+    })
+    .await;
+    assert!(idle.elapsed() >= upload_timeout - Duration::from_millis(100));
+    drop(tx);
+
+    // Over real HTTP on one connection: a body streamed slowly after the
+    // 401, then a second request on the same connection.
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let (tx, body) = channel_body();
+    let req = Request::post("/w/abc/refuse")
+        .header("host", "relay")
+        .body(body)
+        .unwrap();
+    let feeder = tokio::spawn(async move {
+        for _ in 0..10 {
+            tx.send(piece(vec![b'y'; 64 << 10])).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let resp = tokio::time::timeout(Duration::from_secs(5), sender.send_request(req))
+        .await
+        .expect("the 401 within 5 s")
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    resp.into_body().collect().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), feeder)
+        .await
+        .expect("all of the body taken within 5 s")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), sender.ready())
+        .await
+        .expect("the connection ready again within 5 s")
+        .expect("the connection kept alive");
+    let again = Request::get("/w/abc/refuse")
+        .header("host", "relay")
+        .body(channel_body().1)
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), sender.send_request(again))
+        .await
+        .expect("a second answer within 5 s")
+        .unwrap();
+    assert_eq!(resp.status(), 401);
 }
 
 /// A worker whose app never reads its request body while the caller keeps

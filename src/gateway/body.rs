@@ -24,7 +24,9 @@ use std::task::{Context, Poll};
 /// A worker's body owns what is left of the caller's upload: the upload
 /// goes on while the response is read (a worker may echo as it reads), and
 /// dropping the body before the upload is complete aborts it and the
-/// stream (the worker gets `abort`).
+/// stream (the worker gets `abort`); what is left of the caller's body is
+/// then read and discarded for at most
+/// [`GatewayBuilder::lingering_time`](super::GatewayBuilder::lingering_time).
 pub struct GatewayBody {
     kind: Kind,
 }
@@ -35,7 +37,7 @@ enum Kind {
         body: ResponseBody,
         /// The worker's failure, held back for one poll.
         failed: Option<BodyError>,
-        /// What is left of the caller's upload (aborted when dropped).
+        /// What is left of the caller's upload (stopped when dropped).
         _upload: Option<Upload>,
     },
 }

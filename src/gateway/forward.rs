@@ -56,6 +56,7 @@ where
     let deadlines = Deadlines {
         upload: inner.upload_timeout,
         send: inner.send_timeout,
+        linger: inner.lingering_time,
     };
     let mut upload = if body.is_end_stream() {
         // Nothing to send: `end` at once (a failure aborts the stream, and

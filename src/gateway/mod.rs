@@ -26,7 +26,11 @@
 //! the request owns: dropping the [`Forward`] future before the response
 //! head (a timeout layer, a caller that hangs up) aborts the stream, and
 //! after the head the [`GatewayBody`] owns the upload, so dropping it
-//! aborts an unfinished upload too.
+//! aborts an unfinished upload too. What is left of the caller's body is
+//! then read and discarded for at most
+//! [`GatewayBuilder::lingering_time`], as nginx does, so that a caller
+//! still sending (a large POST its worker answered 401) reads its answer
+//! rather than a reset.
 //!
 //! [`Gateway::service`] is both behind one service (by path: the connect
 //! path and everything under it to [`Connect`]), ready for
@@ -109,6 +113,7 @@ struct Inner {
     upload_timeout: Duration,
     send_timeout: Duration,
     response_head_timeout: Option<Duration>,
+    lingering_time: Duration,
     registry: Registry,
 }
 
@@ -122,6 +127,7 @@ pub struct GatewayBuilder {
     upload_timeout: Duration,
     send_timeout: Duration,
     response_head_timeout: Option<Duration>,
+    lingering_time: Duration,
     duplicates: DuplicatePolicy,
     presence_capacity: usize,
 }
@@ -191,6 +197,18 @@ impl GatewayBuilder {
         self
     }
 
+    /// How long what is left of a caller's request body is read and
+    /// discarded once the worker no longer needs it (it answered without
+    /// reading it all, the stream failed, or the request was dropped),
+    /// so that the caller reads its answer rather than a reset (default
+    /// 30 s, as nginx's `lingering_time`). It ends sooner when the body
+    /// does, or when the caller sends nothing for the upload timeout;
+    /// zero lets go of the body at once.
+    pub fn lingering_time(mut self, time: Duration) -> Self {
+        self.lingering_time = time;
+        self
+    }
+
     /// What a second connection of a connected worker does (default
     /// [`DuplicatePolicy::Replace`]).
     pub fn duplicates(mut self, policy: DuplicatePolicy) -> Self {
@@ -217,6 +235,7 @@ impl GatewayBuilder {
                 upload_timeout: self.upload_timeout,
                 send_timeout: self.send_timeout,
                 response_head_timeout: self.response_head_timeout,
+                lingering_time: self.lingering_time,
                 registry: Registry::new(self.duplicates, self.presence_capacity),
             }),
         }
@@ -247,6 +266,7 @@ impl Gateway {
             upload_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(60),
             response_head_timeout: None,
+            lingering_time: Duration::from_secs(30),
             duplicates: DuplicatePolicy::default(),
             presence_capacity: 256,
         }

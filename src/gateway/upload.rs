@@ -1,25 +1,34 @@
 //! The caller's request body on its way to the worker: a task owned by the
 //! request (the forward future, then the response body), with its two
-//! deadlines.
+//! deadlines, and what is left of the body discarded once the worker no
+//! longer needs it.
 //!
 //! It runs on a task of its own rather than inside the response body's
 //! `poll_frame`, because the body must keep moving while nobody polls the
 //! response: a caller that uploads everything before it reads, against a
 //! worker that echoes as it reads, would otherwise deadlock (hyper polls
 //! the response body only as the caller reads it). The task's handle is
-//! [`Upload`], which aborts the task when dropped: whoever drops the
-//! request (a timeout layer around the service, a caller that hangs up,
-//! the server after the response) stops the upload, and the stream is
-//! aborted unless its body was sent whole.
+//! [`Upload`]: whoever drops it (a timeout layer around the service, a
+//! caller that hangs up, the server after the response) stops the upload,
+//! and the stream is aborted unless its body was sent whole.
+//!
+//! What the caller has not sent yet is then read and discarded for a while
+//! (nginx's lingering close), not dropped: hyper closes a connection whose
+//! request body was dropped unread, and a caller still writing its body
+//! then gets a reset, often before it has read the answer (a 401 to a
+//! large POST reached the caller as `EPIPE` in about one run of three).
+//! The discarding ends with the body, or when the caller sends nothing for
+//! the upload timeout, or after [`Deadlines::linger`] in all.
 
 use crate::rt::pump::{Pump, PumpEnd};
 use crate::rt::RequestSink;
+use bytes::Buf;
 use http_body::Body;
 use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::task::Poll;
 use std::time::Duration;
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::BoxError;
@@ -33,6 +42,9 @@ pub(super) struct Deadlines {
     /// The longest the worker's side may take nothing while the upload has
     /// something for it (then 504).
     pub send: Duration,
+    /// The longest what is left of the caller's body is read and discarded
+    /// once the worker no longer needs it.
+    pub linger: Duration,
 }
 
 /// How an upload ended.
@@ -51,12 +63,15 @@ pub(super) enum UploadEnd {
     SendTimedOut,
 }
 
-/// The upload's task. Dropping it aborts the task: the sink goes unclosed,
-/// so the stream is aborted (the worker gets `abort`), unless the body was
-/// sent whole.
+/// The upload's task. Dropping it stops the upload: the sink goes
+/// unclosed, so the stream is aborted (the worker gets `abort`), unless the
+/// body was sent whole; what is left of the body is then discarded.
 pub(crate) struct Upload {
-    task: JoinHandle<UploadEnd>,
+    /// How the upload ended, from the task.
+    ended: oneshot::Receiver<UploadEnd>,
     end: Option<UploadEnd>,
+    /// Dropped with the upload: the task stops pumping.
+    _stop: oneshot::Sender<()>,
 }
 
 impl Upload {
@@ -67,9 +82,31 @@ impl Upload {
         B::Data: Send,
         B::Error: Into<BoxError>,
     {
+        let (ended_tx, ended) = oneshot::channel();
+        let (_stop, stop) = oneshot::channel();
+        tokio::spawn(async move {
+            let mut pump = Pump::new(body, sink);
+            let end = tokio::select! {
+                biased;
+                end = run(&mut pump, deadlines) => Some(end),
+                _ = stop => None,
+            };
+            if let Some(end) = end {
+                let _ = ended_tx.send(end);
+            }
+            let (body, sink) = pump.into_parts();
+            drop(sink); // unclosed unless `end` is queued: the stream is aborted
+            match end {
+                // Nothing left, or a caller that stalls or sends a broken
+                // body: nothing worth reading.
+                Some(UploadEnd::Done | UploadEnd::Stalled | UploadEnd::Failed) => {}
+                _ => discard(body, deadlines).await,
+            }
+        });
         Upload {
-            task: tokio::spawn(run(body, sink, deadlines)),
+            ended,
             end: None,
+            _stop,
         }
     }
 
@@ -78,8 +115,8 @@ impl Upload {
         if let Some(end) = self.end {
             return end;
         }
-        // A task that panicked or was aborted: its sink went unclosed.
-        let end = (&mut self.task).await.unwrap_or(UploadEnd::Refused);
+        // A task that panicked: its sink went unclosed.
+        let end = (&mut self.ended).await.unwrap_or(UploadEnd::Refused);
         self.end = Some(end);
         end
     }
@@ -90,21 +127,40 @@ impl Upload {
     }
 }
 
-impl Drop for Upload {
-    fn drop(&mut self) {
-        self.task.abort(); // a no-op for a task that has ended
+/// Reads and discards what is left of `body`, until it ends or fails, the
+/// caller sends nothing for the upload timeout, or the linger time is up.
+async fn discard<B>(mut body: Pin<Box<B>>, deadlines: Deadlines)
+where
+    B: Body,
+{
+    let until = Instant::now() + deadlines.linger;
+    let mut discarded = 0u64;
+    loop {
+        let idle = Instant::now() + deadlines.upload;
+        let frame = poll_fn(|cx| body.as_mut().poll_frame(cx));
+        match tokio::time::timeout_at(idle.min(until), frame).await {
+            Ok(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    discarded += data.remaining() as u64;
+                }
+            }
+            Ok(None) | Ok(Some(Err(_))) => break,
+            Err(_) => {
+                tracing::debug!("let go of a request body after discarding {discarded} bytes");
+                return;
+            }
+        }
     }
+    tracing::debug!("discarded the last {discarded} bytes of a request body");
 }
 
-/// Pours `body` into `sink` until it ends, fails or misses a deadline.
-/// On any end but [`UploadEnd::Done`] the sink is dropped unclosed: the
-/// stream is aborted.
-async fn run<B>(body: B, sink: RequestSink, deadlines: Deadlines) -> UploadEnd
+/// Pours the pump's body into its sink until it ends, fails or misses a
+/// deadline.
+async fn run<B>(pump: &mut Pump<B, RequestSink>, deadlines: Deadlines) -> UploadEnd
 where
     B: Body,
     B::Error: Into<BoxError>,
 {
-    let mut pump = Pump::new(body, sink);
     let mut clocks = Clocks::default();
     let mut timer = pin!(tokio::time::sleep(Duration::ZERO));
     poll_fn(|cx| loop {
@@ -120,7 +176,7 @@ where
             }
             Poll::Pending => {}
         }
-        let at = match clocks.next_deadline(&pump, Instant::now(), deadlines) {
+        let at = match clocks.next_deadline(pump, Instant::now(), deadlines) {
             Ok(Some(at)) => at,
             Ok(None) => return Poll::Pending,
             Err(end) => return Poll::Ready(end),

@@ -182,6 +182,11 @@ impl<B, S: BodySink> Pump<B, S> {
     pub fn into_sink(self) -> S {
         self.sink
     }
+
+    /// The source, with what is left of it, and the sink.
+    pub fn into_parts(self) -> (Pin<Box<B>>, S) {
+        (self.source, self.sink)
+    }
 }
 
 /// Waits until `sink` has handed what it holds to the connection.
