@@ -50,6 +50,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         connect_token: Some(connect_token),
         worker_token: Some(worker_token.clone()),
         name: "worker".into(),
+        dialer: Default::default(),
     }));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !relay.is_connected("demo") {

@@ -4,8 +4,15 @@
 //! ```sh
 //! STRATA_WORKER_CONNECT_TOKEN=… STRATA_WORKER_TOKEN=… \
 //!     cargo run --release --example worker -- --connect ws://127.0.0.1:8080/connect \
-//!     [--upstream http://127.0.0.1:8000 [--upstream-connections N]]
+//!     [--upstream http://127.0.0.1:8000 [--upstream-connections N]] [--ca-file CA.pem]
 //! ```
+//!
+//! `wss://` URLs trust the platform's roots (`SSL_CERT_FILE` honoured) and,
+//! with `--ca-file`, the certificates of that PEM file too (a private CA).
+//! A plain `ws://` URL is refused unless its host is loopback (`localhost`,
+//! `127.0.0.1`, `::1`): the connect token would cross the network in the
+//! clear (the spec: "use wss:// anywhere but a test"). `--allow-insecure`
+//! overrides that, for a network you trust.
 //!
 //! `--upstream-connections N` bounds the connections to the upstream server
 //! (default 32), kept alive, one request at a time each; further requests
@@ -32,8 +39,9 @@ mod worker_app;
 
 use std::process::ExitCode;
 use worker_relay::connect::Token;
+use worker_relay::ws::{Dialer, Target};
 
-const USAGE: &str = "usage: worker --connect ws://HOST:PORT/connect [--upstream http://HOST:PORT [--upstream-connections N]] [--threads N]\n       worker --listen HOST:PORT [--threads N]   (the app served directly, no relay)";
+const USAGE: &str = "usage: worker --connect wss://HOST:PORT/connect [--ca-file CA.pem] [--allow-insecure] [--upstream http://HOST:PORT [--upstream-connections N]] [--threads N]\n       worker --listen HOST:PORT [--threads N]   (the app served directly, no relay)";
 
 fn main() -> ExitCode {
     // First thing, before any thread exists: take the secrets out of the environment.
@@ -42,9 +50,15 @@ fn main() -> ExitCode {
 
     let (mut url, mut upstream, mut listen, mut threads) = (None, None, None, None);
     let mut connections = tunnel_upstream::DEFAULT_CONNECTIONS;
+    let (mut ca_file, mut allow_insecure) = (None, false);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        if a == "--allow-insecure" {
+            allow_insecure = true;
+            continue;
+        }
         match (a.as_str(), args.next()) {
+            ("--ca-file", Some(v)) => ca_file = Some(v),
             ("--connect", v) => url = v,
             ("--listen", Some(v)) => match v.parse::<std::net::SocketAddr>() {
                 Ok(a) => listen = Some(a),
@@ -70,9 +84,39 @@ fn main() -> ExitCode {
     if let Some(addr) = listen {
         return serve_directly(addr, worker_token, threads);
     }
-    let Some(url) = url.filter(|u| u.starts_with("ws://") || u.starts_with("wss://")) else {
+    let Some(url) = url else {
         return usage();
     };
+    // Where the token would go, decided before any lookup or dial.
+    match Target::parse(&url) {
+        Err(e) => {
+            eprintln!("worker: {e}");
+            return ExitCode::from(2);
+        }
+        Ok(t) if !t.tls && !t.is_loopback() && !allow_insecure => {
+            eprintln!(
+                "worker: refusing to send the connect token in the clear to {}: \
+                 use wss:// (the spec: wss:// anywhere but a test), or pass \
+                 --allow-insecure for a network you trust",
+                t.host
+            );
+            return ExitCode::from(2);
+        }
+        Ok(_) => {}
+    }
+    let mut dialer = Dialer::new();
+    if let Some(path) = ca_file {
+        let added = std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|pem| dialer.clone().ca_pem(&pem).map_err(|e| e.to_string()));
+        match added {
+            Ok(d) => dialer = d,
+            Err(e) => {
+                eprintln!("worker: --ca-file {path}: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let token = |v: Option<String>, name: &str| {
         Token::from_env_value(v).map_err(|e| eprintln!("worker: {name}: {e}"))
     };
@@ -91,6 +135,7 @@ fn main() -> ExitCode {
         connect_token,
         worker_token,
         name: "worker".into(),
+        dialer,
     };
     let runtime = runtime::build(threads).expect("tokio runtime");
     let code = runtime.block_on(async {

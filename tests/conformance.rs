@@ -176,6 +176,7 @@ fn example_worker(port: u16, connect_token: Option<&str>) -> tokio::task::JoinHa
         connect_token: connect_token.map(|t| Token::new(t).unwrap()),
         worker_token: Some(Token::new(WORKER_TOKEN).unwrap()),
         name: "conformance".into(),
+        dialer: Default::default(),
     };
     tokio::spawn(worker_app::run(opts))
 }

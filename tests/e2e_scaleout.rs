@@ -72,6 +72,7 @@ async fn dial(url: &str, secret: &str) -> Result<(), Verdict> {
     ws::dial(url, &handshake, Duration::from_secs(5))
         .await
         .map(drop)
+        .map_err(Verdict::from)
 }
 
 /// The answer to a worker's upgrade request at `target` with `secret`,
@@ -403,6 +404,7 @@ fn start_workers(nginx: SocketAddr, tokens: &[(String, String)]) {
             connect_token: token(secret),
             worker_token: token(WORKER_TOKEN),
             name: id.clone(),
+            dialer: Default::default(),
         }));
     }
 }

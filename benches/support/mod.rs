@@ -85,6 +85,7 @@ pub async fn start() -> Stack {
         connect_token: Some(connect_token),
         worker_token: Some(worker_token.clone()),
         name: "bench-worker".into(),
+        dialer: Default::default(),
     }));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !relay.is_connected(WORKER) {

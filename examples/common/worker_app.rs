@@ -20,6 +20,7 @@ use tracing::Instrument;
 use worker_relay::connect::{Refused, Token};
 use worker_relay::gateway::BoxError;
 use worker_relay::tunnel::{Tunnel, TunnelBody};
+use worker_relay::ws::Dialer;
 
 /// What the worker needs to run.
 pub struct WorkerOptions {
@@ -28,6 +29,9 @@ pub struct WorkerOptions {
     pub worker_token: Option<Token>,
     /// The name of the span the worker's connection logs are in.
     pub name: String,
+    /// How the relay is dialled (its time limit; for `wss://`, whom it
+    /// trusts).
+    pub dialer: Dialer,
 }
 
 /// Serves the app until the relay refuses the worker for good; returns the
@@ -45,6 +49,7 @@ where
 {
     // The tunnel returns only on a final refusal, which it logs.
     let _: Refused = Tunnel::new(opts.connect_url, opts.connect_token)
+        .dialer(opts.dialer)
         .run(guarded::<TunnelBody, _>(opts.worker_token, service))
         .instrument(tracing::info_span!("worker", name = %opts.name))
         .await;

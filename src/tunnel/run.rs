@@ -22,7 +22,7 @@ pub struct Tunnel {
     handshake: WorkerHandshake,
     config: WorkerConfig,
     backoff: BackoffConfig,
-    dial_timeout: Duration,
+    dialer: ws::Dialer,
     jitter: Jitter,
 }
 
@@ -35,7 +35,7 @@ impl Tunnel {
             handshake: WorkerHandshake::new(token),
             config: WorkerConfig::default(),
             backoff: BackoffConfig::default(),
-            dial_timeout: ws::DIAL_TIMEOUT,
+            dialer: ws::Dialer::new(),
             jitter: Box::new(random_unit),
         }
     }
@@ -54,7 +54,14 @@ impl Tunnel {
 
     /// How long one dial may take (default [`ws::DIAL_TIMEOUT`]).
     pub fn dial_timeout(mut self, timeout: Duration) -> Tunnel {
-        self.dial_timeout = timeout;
+        self.dialer = self.dialer.timeout(timeout);
+        self
+    }
+
+    /// How the relay is dialled: its time limit and, for `wss://`, whom it
+    /// trusts (default [`ws::Dialer::new`]: the platform's roots).
+    pub fn dialer(mut self, dialer: ws::Dialer) -> Tunnel {
+        self.dialer = dialer;
         self
     }
 
@@ -80,7 +87,7 @@ impl Tunnel {
     {
         let mut backoff = Backoff::new(self.backoff);
         loop {
-            let verdict = match ws::dial(&self.url, &self.handshake, self.dial_timeout).await {
+            let verdict = match self.dialer.dial(&self.url, &self.handshake).await {
                 Ok(socket) => {
                     tracing::info!("connected to {}", self.url);
                     backoff.reset();
@@ -88,7 +95,12 @@ impl Tunnel {
                     log_end(&result);
                     Verdict::closed()
                 }
-                Err(verdict) => verdict,
+                Err(e) => {
+                    if !e.verdict().is_final() {
+                        tracing::warn!("dialling {}: {e}", self.url);
+                    }
+                    e.into_verdict()
+                }
             };
             match verdict {
                 Verdict::Refused(why) => {

@@ -198,6 +198,7 @@ pub async fn in_process_stack_with(config: RelayConfig) -> (SocketAddr, Gateway)
         connect_token: Some(Token::new(CONNECT_TOKEN).unwrap()),
         worker_token: Some(Token::new(WORKER_TOKEN).unwrap()),
         name: "e2e-worker".into(),
+        dialer: Default::default(),
     }));
     wait_connected(&relay, "abc").await;
     (addr, relay)

@@ -8,9 +8,16 @@
 //!   frame) is copied once on the way in.
 //! - [`config`]: tungstenite's settings for this protocol, with a small read
 //!   buffer so that an idle connection costs little memory.
-//! - [`dial`]: the worker's upgrade request, its answer judged into a
-//!   [`Verdict`] (a 101 without the subprotocol is a final refusal, not a
-//!   network error to retry).
+//! - [`Dialer`] (and [`dial`], its defaults): the worker's dial, `ws://`
+//!   or (feature `rustls`) `wss://` trusting the platform's roots and any
+//!   CA given; its answer judged into a [`Verdict`](crate::connect::Verdict)
+//!   (a 101 without the subprotocol is a final refusal, not a network error
+//!   to retry), and a [`DialError`] that says what failed (DNS, TCP, TLS
+//!   with rustls's reason, the relay's status, the time limit). A
+//!   `wss://` URL in a build without TLS is a final refusal at once.
+//! - [`Target`]: a relay URL's scheme, host and port, and whether the host
+//!   is loopback, decided before any lookup (a worker may refuse to send
+//!   its token over plain `ws://` to anything else).
 //!
 //! ```no_run
 //! # async fn run() {
@@ -27,22 +34,33 @@
 //!         // … serve `incoming`
 //! #       drop(incoming);
 //!     }
-//!     Err(Verdict::Refused(why)) => eprintln!("refused for good: {why}"),
-//!     Err(retry) => eprintln!("try again later: {retry:?}"),
+//!     Err(e) => match e.verdict() {
+//!         Verdict::Refused(_) => eprintln!("refused for good: {e}"),
+//!         _ => eprintln!("try again later: {e}"),
+//!     },
 //! }
 //! # }
 //! ```
 
-use crate::connect::{Refused, Verdict, WorkerHandshake};
+mod dial;
+mod stream;
+#[cfg(feature = "rustls")]
+mod tls;
+
+pub use dial::{DialError, Dialer, Dialled, Target, TLS_COMPILED};
+pub use stream::DialStream;
+#[cfg(feature = "rustls")]
+pub use tls::TlsError;
+
+use crate::connect::WorkerHandshake;
 use crate::frame::{CloseCode, CloseFrame, Message};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError, SubProtocolError};
+use tokio_tungstenite::tungstenite::error::Error as WsError;
 use tokio_tungstenite::tungstenite::{self, protocol::WebSocketConfig};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::WebSocketStream;
 
 pub use tokio_tungstenite::tungstenite::Error;
 
@@ -182,42 +200,12 @@ where
     }
 }
 
-/// A dialled connection to a relay.
-pub type Dialled = WsSocket<MaybeTlsStream<tokio::net::TcpStream>>;
-
-/// Dials `url` (`ws://host:port/path`) as a worker: the upgrade request
-/// carries `handshake`'s headers (the bearer token marked sensitive), and the
-/// answer is judged as the spec says. `Ok` is a connection that selected the
-/// protocol's subprotocol; `Err` is the [`Verdict`]: [`Verdict::Refused`]
-/// (a 4xx other than 408/429, a 101 without the subprotocol, a URL that
-/// cannot be dialled: [`Refused::InvalidUrl`]) means give up, anything else means retry after the
-/// backoff. Gives up waiting after `timeout` (a retry).
+/// Dials `url` as a worker with a [`Dialer`] of the defaults and this
+/// time limit: see [`Dialer::dial`].
 pub async fn dial(
     url: &str,
     handshake: &WorkerHandshake,
     timeout: Duration,
-) -> Result<Dialled, Verdict> {
-    let mut request = url
-        .into_client_request()
-        .map_err(|e| Verdict::Refused(Refused::InvalidUrl(e.to_string())))?;
-    request
-        .headers_mut()
-        .extend(handshake.request_headers().to_header_map());
-    let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config()), true);
-    match tokio::time::timeout(timeout, connecting).await {
-        Err(_) => Err(Verdict::network_error()),
-        Ok(Ok((ws, response))) => match Verdict::from_http_response(&response) {
-            Verdict::Connected => Ok(WsSocket(ws)),
-            other => Err(other),
-        },
-        Ok(Err(WsError::Http(response))) => Err(Verdict::from_http_response(&response)),
-        Ok(Err(WsError::Protocol(ProtocolError::SecWebSocketSubProtocolError(e)))) => {
-            Err(Verdict::Refused(match e {
-                SubProtocolError::NoSubProtocol => Refused::NoSubprotocol,
-                other => Refused::WrongSubprotocol(other.to_string()),
-            }))
-        }
-        Ok(Err(WsError::Url(e))) => Err(Verdict::Refused(Refused::InvalidUrl(e.to_string()))),
-        Ok(Err(_)) => Err(Verdict::network_error()),
-    }
+) -> Result<Dialled, DialError> {
+    Dialer::new().timeout(timeout).dial(url, handshake).await
 }
