@@ -1067,7 +1067,11 @@ fn a_stalled_caller_does_not_cost_the_workers_keepalive() {
             times.push(took);
             tokio::time::sleep(Duration::from_millis(200).saturating_sub(took)).await;
         }
-        // Past the stall deadline the relay has given the stream up.
+        // Past the stall deadline the relay has given the stream up. The
+        // deadline counts from the caller's last take, when its socket
+        // buffers filled, a moment after `t0`: reading at `t0 + 60 s` could
+        // come first and start the stream moving again, so wait it out.
+        tokio::time::sleep(Duration::from_secs(15)).await;
         let mut rest = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(10), stalled.read_to_end(&mut rest)).await;
         (times, n + rest.len())
