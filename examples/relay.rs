@@ -14,6 +14,12 @@
 //! request head (default 10). `--threads N` sets the runtime's threads
 //! (default: one per core; 1 runs everything on one thread, which on a
 //! small machine shared with the workers is the fastest: BENCHMARKS.md).
+//!
+//! `--tls-cert FILE --tls-key FILE` (PEM: the chain, leaf first, and its
+//! key) serves HTTPS instead: workers dial `wss://HOST:PORT/connect`,
+//! callers use HTTP/1.1 or HTTP/2 (ALPN). `SIGHUP` re-reads both files: new
+//! handshakes get the new certificate, open connections go on. Without
+//! TLS, HTTP/2 with prior knowledge is served beside HTTP/1.1.
 
 #[path = "common/logging.rs"]
 mod logging;
@@ -24,21 +30,24 @@ use std::process::ExitCode;
 use std::time::Duration;
 use worker_relay::connect::TokenTable;
 use worker_relay::gateway::{Gateway, CONNECT_PATH};
-use worker_relay::server::{serve, ServerConfig};
+use worker_relay::server::{serve, ServerConfig, ServerTls};
 
 const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
+                     [--tls-cert FILE --tls-key FILE] \
                      [--max-connections N] [--header-timeout SECS] [--threads N]";
 
 fn main() -> ExitCode {
     logging::init("relay");
     let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
-    let mut threads = None;
+    let (mut threads, mut cert, mut key) = (None, None, None);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let number = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok());
         match (a.as_str(), args.next()) {
             ("--listen", v) => listen = v,
             ("--tokens", v) => tokens = v,
+            ("--tls-cert", Some(v)) => cert = Some(v),
+            ("--tls-key", Some(v)) => key = Some(v),
             ("--max-connections", v) if number(v.clone()).is_some() => {
                 server = server.max_connections(number(v).unwrap_or(1) as usize)
             }
@@ -54,13 +63,29 @@ fn main() -> ExitCode {
     let (Some(listen), Some(tokens)) = (listen, tokens) else {
         return usage();
     };
+    let tls = match (cert, key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => match ServerTls::from_pem_files(cert, key) {
+            Ok(tls) => Some(tls),
+            Err(e) => return fail(2, format!("TLS: {e}")),
+        },
+        _ => return usage(),
+    };
+    if let Some(tls) = &tls {
+        server = server.tls(tls.clone());
+    }
     match runtime::build(threads) {
-        Ok(rt) => rt.block_on(run(listen, tokens, server)),
+        Ok(rt) => rt.block_on(run(listen, tokens, server, tls)),
         Err(e) => fail(1, format!("cannot start the runtime: {e}")),
     }
 }
 
-async fn run(listen: String, tokens: String, server: ServerConfig) -> ExitCode {
+async fn run(
+    listen: String,
+    tokens: String,
+    server: ServerConfig,
+    tls: Option<ServerTls>,
+) -> ExitCode {
     let table = match std::fs::read_to_string(&tokens).map(|t| TokenTable::parse(&t)) {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => return fail(2, format!("{tokens}: {e}")),
@@ -72,11 +97,19 @@ async fn run(listen: String, tokens: String, server: ServerConfig) -> ExitCode {
     };
     let addr = listener.local_addr().map_or(listen, |a| a.to_string());
     let workers: Vec<String> = table.workers().map(|w| w.to_string()).collect();
+    let (ws, http) = if tls.is_some() {
+        ("wss", "https")
+    } else {
+        ("ws", "http")
+    };
     tracing::info!(
-        "listening on {addr}; workers dial ws://{addr}{CONNECT_PATH} (or {CONNECT_PATH}/<id>); \
+        "listening on {addr} ({http}); workers dial {ws}://{addr}{CONNECT_PATH} (or {CONNECT_PATH}/<id>); \
          known workers: {}",
         workers.join(", ")
     );
+    if let Some(tls) = tls {
+        tokio::spawn(reload_on_sighup(tls));
+    }
     // Slow callers' responses wait in unlinked temporary files in $TMPDIR,
     // within 8 GiB for all the workers (the gateway's default store,
     // `rt::TempFileOverflow`).
@@ -86,6 +119,22 @@ async fn run(listen: String, tokens: String, server: ServerConfig) -> ExitCode {
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
     }
     ExitCode::SUCCESS
+}
+
+/// Re-reads the certificate and key on every `SIGHUP`; a file that cannot
+/// be served is logged and the old certificate stays.
+async fn reload_on_sighup(tls: ServerTls) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: the certificate will not be reloaded");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match tls.reload() {
+            Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and key"),
+            Err(e) => tracing::error!("SIGHUP: kept the old certificate: {e}"),
+        }
+    }
 }
 
 fn usage() -> ExitCode {

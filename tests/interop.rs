@@ -12,6 +12,8 @@
 mod client;
 #[path = "e2e/support.rs"]
 mod support;
+#[path = "tls/support.rs"]
+mod tls;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
 
@@ -23,8 +25,10 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{free_port, relay_process, Proc, CONNECT_TOKEN, WORKER_TOKEN};
+use support::{free_port, relay_process, relay_process_tls, Proc, CONNECT_TOKEN, WORKER_TOKEN};
+use tls::TlsFiles;
 
 /// The worker id `relay_process` maps to `CONNECT_TOKEN`.
 const WORKER: &str = "abc";
@@ -68,9 +72,22 @@ struct StrataWorker {
 
 impl StrataWorker {
     fn spawn_with(port: u16, connect_token: &str, log_level: &str) -> StrataWorker {
+        let url = format!("ws://127.0.0.1:{port}/connect");
+        StrataWorker::spawn_at(&url, connect_token, log_level, None)
+    }
+
+    /// The worker dialling `url`; with `ca_file`, trusting that CA through
+    /// `SSL_CERT_FILE` (its `websockets` client uses Python's default TLS
+    /// context, which reads it).
+    fn spawn_at(
+        url: &str,
+        connect_token: &str,
+        log_level: &str,
+        ca_file: Option<&std::path::Path>,
+    ) -> StrataWorker {
         let mut cmd = Command::new(worker_bin());
         cmd.arg("--connect")
-            .arg(format!("ws://127.0.0.1:{port}/connect"))
+            .arg(url)
             .arg("--log-level")
             .arg(log_level);
         // A clean environment for the worker: no inherited STRATA_* settings,
@@ -85,7 +102,12 @@ impl StrataWorker {
         cmd.env("STRATA_WORKER_CONNECT_TOKEN", connect_token)
             .env("STRATA_WORKER_TOKEN", WORKER_TOKEN)
             .env("PYTHONUNBUFFERED", "1")
+            .env_remove("SSL_CERT_FILE")
+            .env_remove("SSL_CERT_DIR")
             .process_group(0);
+        if let Some(ca) = ca_file {
+            cmd.env("SSL_CERT_FILE", ca);
+        }
         StrataWorker {
             proc: Proc::spawn(cmd),
         }
@@ -231,6 +253,8 @@ struct Stack {
     relay: Proc,
     worker: StrataWorker,
     rt: tokio::runtime::Runtime,
+    /// The certificate the relay serves, for a stack over TLS.
+    tls: Option<TlsFiles>,
 }
 
 impl Stack {
@@ -239,10 +263,28 @@ impl Stack {
     }
 
     fn start_with(log_level: &str) -> Stack {
+        Stack::start_on(log_level, None)
+    }
+
+    /// The relay serving TLS (a CA made now), strata-worker dialling
+    /// `wss://localhost`, callers over HTTPS.
+    fn start_tls() -> Stack {
+        Stack::start_on(&default_log_level(), Some(TlsFiles::new()))
+    }
+
+    fn start_on(log_level: &str, tls: Option<TlsFiles>) -> Stack {
         let port = free_port();
-        let relay = relay_process(port);
+        let relay = relay_on(port, tls.as_ref());
         let t = Instant::now();
-        let worker = StrataWorker::spawn_with(port, CONNECT_TOKEN, log_level);
+        let worker = match &tls {
+            None => StrataWorker::spawn_with(port, CONNECT_TOKEN, log_level),
+            Some(files) => StrataWorker::spawn_at(
+                &format!("wss://localhost:{port}/connect"),
+                CONNECT_TOKEN,
+                log_level,
+                Some(&files.ca_file),
+            ),
+        };
         let connected = format!("worker {WORKER} connected");
         assert!(
             relay.wait_log(&connected, CONNECT_WITHIN),
@@ -251,7 +293,8 @@ impl Stack {
             worker.log()
         );
         eprintln!(
-            "interop: strata-worker started and connected in {} ms",
+            "interop: strata-worker started and connected{} in {} ms",
+            if tls.is_some() { " over wss://" } else { "" },
             t.elapsed().as_millis()
         );
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -264,11 +307,27 @@ impl Stack {
             relay,
             worker,
             rt,
+            tls,
         }
+    }
+
+    /// Kills the relay and starts it again on the same port (and
+    /// certificate).
+    fn restart_relay(&mut self) {
+        self.relay.kill();
+        self.relay = relay_on(self.port, self.tls.as_ref());
     }
 
     fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Where callers send requests: the relay, over TLS for a TLS stack.
+    fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            addr: self.addr(),
+            tls: self.tls.as_ref().map(|f| caller_tls(&f.ca.pem())),
+        }
     }
 
     fn logs(&self) -> String {
@@ -287,13 +346,47 @@ impl Stack {
         headers: &[(&str, &str)],
         body: Bytes,
     ) -> (Answer, Duration) {
-        let fut = send(self.addr(), method, path, headers, body);
+        let fut = send(self.endpoint(), method, path, headers, body);
         self.rt.block_on(fut)
     }
 }
 
-async fn send(
+/// The relay example on `port`, serving TLS with `tls`'s certificate if
+/// given.
+fn relay_on(port: u16, tls: Option<&TlsFiles>) -> Proc {
+    match tls {
+        None => relay_process(port),
+        Some(f) => relay_process_tls(port, &f.cert, &f.key),
+    }
+}
+
+/// Where a caller connects: the relay's address, and the TLS client
+/// settings if it serves TLS.
+#[derive(Clone)]
+struct Endpoint {
     addr: SocketAddr,
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// A caller's TLS settings: trusting `ca_pem`, HTTP/1.1.
+fn caller_tls(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+async fn send(
+    ep: Endpoint,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
@@ -301,13 +394,25 @@ async fn send(
 ) -> (Answer, Duration) {
     let target = format!("/w/{WORKER}{path}");
     let t = Instant::now();
-    let answer = tokio::time::timeout(
-        REQUEST_LIMIT,
-        client::request(addr, method, &target, headers, body),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("{method} {target}: no answer within {REQUEST_LIMIT:?}"))
-    .unwrap_or_else(|e| panic!("{method} {target}: {e}"));
+    let exchange = async {
+        let tcp = tokio::net::TcpStream::connect(ep.addr).await?;
+        let _ = tcp.set_nodelay(true);
+        let host = ep.addr.to_string();
+        match ep.tls {
+            None => client::request_on(tcp, &host, method, &target, headers, body).await,
+            Some(config) => {
+                let name = rustls::pki_types::ServerName::try_from("localhost")?;
+                let tls = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, tcp)
+                    .await?;
+                client::request_on(tls, "localhost", method, &target, headers, body).await
+            }
+        }
+    };
+    let answer = tokio::time::timeout(REQUEST_LIMIT, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("{method} {target}: no answer within {REQUEST_LIMIT:?}"))
+        .unwrap_or_else(|e| panic!("{method} {target}: {e}"));
     (answer, t.elapsed())
 }
 
@@ -552,7 +657,17 @@ fn health_is_healthy_without_auth() {
 #[test]
 #[ignore = "needs strata-worker: run .ci/interop"]
 fn execute_a_real_cell() {
-    let s = Stack::start();
+    execute_a_real_cell_on(Stack::start());
+}
+
+/// The same, strata-worker dialling the relay over `wss://` (issue 24).
+#[test]
+#[ignore = "needs strata-worker: run .ci/interop"]
+fn execute_a_real_cell_over_wss() {
+    execute_a_real_cell_on(Stack::start_tls());
+}
+
+fn execute_a_real_cell_on(s: Stack) {
     let a = auth();
     let meta = metadata(&build_id("x"), "x = 6 * 7", 60, json!([]));
     let (body, ctype) = multipart(&[Part {
@@ -646,7 +761,17 @@ fn execute_with_a_request_body_over_3_mib() {
 #[test]
 #[ignore = "needs strata-worker: run .ci/interop"]
 fn cancel_during_a_long_cell() {
-    let s = Stack::start();
+    cancel_during_a_long_cell_on(Stack::start());
+}
+
+/// The same over `wss://` (issue 24).
+#[test]
+#[ignore = "needs strata-worker: run .ci/interop"]
+fn cancel_during_a_long_cell_over_wss() {
+    cancel_during_a_long_cell_on(Stack::start_tls());
+}
+
+fn cancel_during_a_long_cell_on(s: Stack) {
     let a = auth();
     let id = build_id("long");
     // The cell marks when it really runs (so the cancel reaches a running
@@ -664,13 +789,13 @@ fn cancel_during_a_long_cell() {
         content_type: "application/json",
         data: &meta,
     }]);
-    let addr = s.addr();
+    let ep = s.endpoint();
     let started = Instant::now();
     let long = {
         let a = a.clone();
         s.rt.spawn(async move {
             let (r, _) = send(
-                addr,
+                ep,
                 "POST",
                 "/v1/execute",
                 &execute_headers(&a, &ctype),
@@ -879,7 +1004,17 @@ fn wrong_connect_token_makes_strata_worker_exit_1() {
 #[test]
 #[ignore = "needs strata-worker: run .ci/interop"]
 fn relay_restarted_strata_worker_reconnects() {
-    let mut s = Stack::start();
+    relay_restarted_strata_worker_reconnects_on(Stack::start());
+}
+
+/// The same over `wss://` (issue 24).
+#[test]
+#[ignore = "needs strata-worker: run .ci/interop"]
+fn relay_restarted_strata_worker_reconnects_over_wss() {
+    relay_restarted_strata_worker_reconnects_on(Stack::start_tls());
+}
+
+fn relay_restarted_strata_worker_reconnects_on(mut s: Stack) {
     let (r, _) = s.request("GET", "/health", &[], Bytes::new());
     assert_eq!(r.status, 200, "{}", s.logs());
 
@@ -901,7 +1036,7 @@ fn relay_restarted_strata_worker_reconnects() {
         "interop: strata-worker noticed the relay gone in {}",
         ms(killed.elapsed())
     );
-    s.relay = relay_process(s.port);
+    s.restart_relay();
     let restarted = Instant::now();
     let connected = format!("worker {WORKER} connected");
     assert!(
@@ -1062,7 +1197,7 @@ fn a_stalled_caller_does_not_cost_the_workers_keepalive() {
         let mut times = Vec::new();
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(60) {
-            let (r, took) = send(addr, "GET", "/health", &[], Bytes::new()).await;
+            let (r, took) = send(s.endpoint(), "GET", "/health", &[], Bytes::new()).await;
             assert_eq!(r.status, 200, "health at {:?}", t0.elapsed());
             times.push(took);
             tokio::time::sleep(Duration::from_millis(200).saturating_sub(took)).await;

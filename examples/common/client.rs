@@ -27,14 +27,30 @@ pub async fn request(
 ) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>> {
     let stream = tokio::net::TcpStream::connect(addr).await?;
     let _ = stream.set_nodelay(true);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    request_on(stream, &addr.to_string(), method, target, headers, body).await
+}
+
+/// Sends one request on `io` (a new connection: TCP, TLS, …) to `host`
+/// and reads the whole answer.
+pub async fn request_on<I>(
+    io: I,
+    host: &str,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<Answer, Box<dyn std::error::Error + Send + Sync>>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
     let mut req = Request::builder()
         .method(method)
         .uri(target)
-        .header("host", addr.to_string());
+        .header("host", host);
     for (n, v) in headers {
         req = req.header(*n, *v);
     }

@@ -29,7 +29,8 @@ where
     if inner.relay.refuses_method(req.method().as_str()) {
         return answer(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    host_from_authority(&mut parts);
     let (worker, head) = match request_head_from_parts(&parts, &inner.urls) {
         Ok(x) => x,
         Err(HttpError::Url(UrlError::NotUnderPrefix)) => {
@@ -112,6 +113,21 @@ where
             StatusCode::BAD_GATEWAY,
             &format!("bad response from worker: {e}"),
         ),
+    }
+}
+
+/// An HTTP/2 request carries its host as the `:authority` of its URI, not
+/// as a `Host` header: the worker gets it as `Host`, as over HTTP/1.1.
+fn host_from_authority(parts: &mut http::request::Parts) {
+    if parts.headers.contains_key(http::header::HOST) {
+        return;
+    }
+    let host = parts
+        .uri
+        .authority()
+        .and_then(|a| http::HeaderValue::from_str(a.as_str()).ok());
+    if let Some(host) = host {
+        parts.headers.insert(http::header::HOST, host);
     }
 }
 

@@ -1,6 +1,15 @@
-//! A hardened HTTP/1.1 accept loop for a relay (feature `tower`): what
-//! `hyper` leaves to its caller, with the defaults nginx has.
+//! A hardened accept loop for a relay (feature `tower`): what `hyper`
+//! leaves to its caller, with the defaults nginx has.
 //!
+//! - **HTTP/1.1 and HTTP/2** on one port (hyper-util's `auto` server): an
+//!   HTTP/2 client is told apart by its connection preface, with prior
+//!   knowledge on plain TCP or by ALPN (`h2`) over TLS.
+//! - **TLS** (feature `rustls`, [`ServerConfig::tls`]): a certificate from
+//!   PEM files, replaced on [`ServerTls::reload`] for new handshakes while
+//!   open connections go on; the handshake must end within the header-read
+//!   timeout. Workers' WebSocket upgrades work over it (HTTP/1.1).
+//! - **The peer's address** reaches the service as a [`PeerAddr`] request
+//!   extension (for logs, `X-Forwarded-For`).
 //! - **Accept errors do not end it.** Out of file descriptors (`EMFILE`),
 //!   memory or buffers, it logs, waits (100 ms, doubling to 1 s while the
 //!   errors last) and goes on; a connection reset before it was taken is
@@ -10,7 +19,8 @@
 //!   connection ends.
 //! - **A header-read timeout** (10 s): a client that sends no complete
 //!   request head in time, including an idle keep-alive connection, is
-//!   closed (a slowloris holds nothing for long).
+//!   closed (a slowloris holds nothing for long). An HTTP/2 connection is
+//!   pinged every 20 s and closed when a ping goes unanswered for 20 s.
 //! - **A send timeout** (60 s): a connection whose writes make no progress
 //!   for that long is closed, as nginx's `send_timeout` (a caller or worker
 //!   that stopped reading holds nothing for long).
@@ -32,20 +42,35 @@
 //! # }
 //! ```
 
+mod peer;
 mod timed_io;
+#[cfg(feature = "rustls")]
+mod tls;
+
+pub use peer::PeerAddr;
+#[cfg(feature = "rustls")]
+pub use tls::{CertError, ServerTls};
 
 use crate::gateway::BoxError;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
+use peer::WithPeer;
 use std::convert::Infallible;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use timed_io::TimedIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+
+/// How often an HTTP/2 connection is pinged, and how long its answer may
+/// take before the connection is closed.
+pub const H2_KEEPALIVE: Duration = Duration::from_secs(20);
 
 /// The limits of [`serve`].
 #[derive(Debug, Clone)]
@@ -62,6 +87,10 @@ pub struct ServerConfig {
     /// How long a write may make no progress before the connection is
     /// closed. Default 60 s.
     pub send_timeout: Duration,
+    /// TLS on every connection (feature `rustls`). Default none: plain
+    /// TCP.
+    #[cfg(feature = "rustls")]
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +99,8 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             header_read_timeout: Duration::from_secs(10),
             send_timeout: Duration::from_secs(60),
+            #[cfg(feature = "rustls")]
+            tls: None,
         }
     }
 }
@@ -90,6 +121,13 @@ impl ServerConfig {
     /// The defaults with a different send timeout.
     pub fn send_timeout(mut self, t: Duration) -> ServerConfig {
         self.send_timeout = t;
+        self
+    }
+
+    /// These settings with TLS on every connection.
+    #[cfg(feature = "rustls")]
+    pub fn tls(mut self, tls: ServerTls) -> ServerConfig {
+        self.tls = Some(tls);
         self
     }
 }
@@ -123,10 +161,10 @@ where
                 p
             }
         };
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => {
                 backoff = Duration::ZERO;
-                stream
+                accepted
             }
             Err(e) if is_connection_error(&e) => {
                 tracing::debug!("accept failed: {e}");
@@ -140,20 +178,53 @@ where
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(service.clone());
+        let service = service.clone();
         let config = config.clone();
         tokio::spawn(async move {
-            let io = TokioIo::new(TimedIo::new(stream, config.send_timeout));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(config.header_read_timeout)
-                .serve_connection(io, service)
-                .with_upgrades();
-            if let Err(e) = conn.await {
-                tracing::debug!("connection ended with an error: {e}");
+            let io = TimedIo::new(stream, config.send_timeout);
+            #[cfg(feature = "rustls")]
+            if let Some(tls) = &config.tls {
+                let acceptor = tokio_rustls::TlsAcceptor::from(tls.rustls_config());
+                match tokio::time::timeout(config.header_read_timeout, acceptor.accept(io)).await {
+                    Ok(Ok(io)) => serve_connection(io, peer, service, &config).await,
+                    Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
+                    Err(_) => tracing::debug!("TLS handshake with {peer} timed out"),
+                }
+                drop(permit);
+                return;
             }
+            serve_connection(io, peer, service, &config).await;
             drop(permit);
         });
+    }
+}
+
+/// Serves one connection, HTTP/1.1 (with upgrades) or HTTP/2.
+async fn serve_connection<I, S, B>(io: I, peer: SocketAddr, service: S, config: &ServerConfig)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(H2_KEEPALIVE))
+        .keep_alive_timeout(H2_KEEPALIVE)
+        .max_header_list_size(64 << 10);
+    let service = TowerToHyperService::new(WithPeer::new(service, peer));
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    if let Err(e) = conn.await {
+        tracing::debug!("connection with {peer} ended with an error: {e}");
     }
 }
 

@@ -121,6 +121,26 @@ pub fn tokens_file(lines: &str) -> PathBuf {
 
 /// The relay example as a process on `port`; returns once it accepts connections.
 pub fn relay_process(port: u16) -> Proc {
+    relay_process_with(port, &[])
+}
+
+/// The relay example serving TLS with the certificate and key of these
+/// PEM files; returns once it accepts connections.
+pub fn relay_process_tls(port: u16, cert: &std::path::Path, key: &std::path::Path) -> Proc {
+    relay_process_with(
+        port,
+        &[
+            "--tls-cert".as_ref(),
+            cert.as_os_str(),
+            "--tls-key".as_ref(),
+            key.as_os_str(),
+        ],
+    )
+}
+
+/// The relay example on `port` with `args` besides its listen address and
+/// tokens file.
+pub fn relay_process_with(port: u16, args: &[&std::ffi::OsStr]) -> Proc {
     let tokens = tokens_file(&format!(
         "# e2e\n\nabc {CONNECT_TOKEN}\nidle ct-idle-worker-token\n"
     ));
@@ -128,7 +148,8 @@ pub fn relay_process(port: u16) -> Proc {
     cmd.arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
         .arg("--tokens")
-        .arg(&tokens);
+        .arg(&tokens)
+        .args(args);
     let p = Proc::spawn(cmd);
     let end = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {

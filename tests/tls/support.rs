@@ -21,6 +21,10 @@ pub struct Ca {
 pub struct Leaf {
     pub chain: Vec<CertificateDer<'static>>,
     pub key: PrivateKeyDer<'static>,
+    /// The chain, PEM.
+    pub cert_pem: String,
+    /// The key, PEM (PKCS#8).
+    pub key_pem: String,
 }
 
 impl Ca {
@@ -52,6 +56,8 @@ impl Ca {
         Leaf {
             chain: vec![cert.der().clone()],
             key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
         }
     }
 }
@@ -113,5 +119,41 @@ impl TlsRelay {
 
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// A CA and its certificate for `localhost` in PEM files of a fresh
+/// directory: `ca.pem` (for the workers and callers), `cert.pem` and
+/// `key.pem` (for the relay).
+pub struct TlsFiles {
+    pub dir: tempfile::TempDir,
+    pub ca: Ca,
+    pub ca_file: std::path::PathBuf,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+}
+
+impl TlsFiles {
+    pub fn new() -> TlsFiles {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::new("worker-relay test CA");
+        let ca_file = dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        let files = TlsFiles {
+            dir,
+            ca,
+            ca_file,
+            cert,
+            key,
+        };
+        files.write_leaf(&files.ca.leaf(&["localhost"]));
+        files
+    }
+
+    /// Writes `leaf` over `cert.pem` and `key.pem`.
+    pub fn write_leaf(&self, leaf: &Leaf) {
+        std::fs::write(&self.cert, &leaf.cert_pem).unwrap();
+        std::fs::write(&self.key, &leaf.key_pem).unwrap();
     }
 }
