@@ -24,11 +24,13 @@
 //!
 //! - `ws` (feature `tungstenite`): tokio-tungstenite WebSockets as
 //!   [`frame::Message`]s, and the worker's dial with every refusal mapped
-//!   to a [`connect::Verdict`].
+//!   to a [`connect::Verdict`] and every failure to its cause; `wss://`
+//!   with feature `rustls`.
 //! - `gateway` (feature `tower`): a relay as two `tower` services (accept
 //!   workers, forward callers) inside any hyper/tower/axum application.
 //! - `server` (feature `tower`): a hardened hyper accept loop (accept
-//!   errors back off, a connection cap, header-read and send timeouts).
+//!   errors back off, a connection cap, header-read and send timeouts;
+//!   HTTP/1.1 and HTTP/2; TLS with feature `rustls`).
 //! - `tunnel` (feature `tower`): any `tower` HTTP service served as a
 //!   worker, with the reconnect loop.
 //!

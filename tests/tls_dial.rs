@@ -123,6 +123,15 @@ async fn an_untrusted_or_misnamed_certificate_is_a_network_error_with_its_cause(
     assert_eq!(e.verdict(), &Verdict::Retry(RetryReason::NetworkError));
     assert!(e.cause().contains("not valid for name"), "{e}");
 
+    let expired = TlsRelay::start(gateway(), server_config(&ca.expired_leaf(&["localhost"]))).await;
+    let url_expired = format!("wss://localhost:{}/connect", expired.addr.port());
+    let e = trusted
+        .dial(&url_expired, &handshake())
+        .await
+        .expect_err("an expired certificate");
+    assert_eq!(e.verdict(), &Verdict::Retry(RetryReason::NetworkError));
+    assert!(e.cause().contains("certificate expired"), "{e}");
+
     // The tunnel retries (with its backoff), and no request reaches it.
     let tunnel = Tunnel::new(url, Token::new(CONNECT_TOKEN).ok())
         .dialer(trusted)

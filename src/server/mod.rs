@@ -1,9 +1,9 @@
 //! A hardened accept loop for a relay (feature `tower`): what `hyper`
 //! leaves to its caller, with the defaults nginx has.
 //!
-//! - **HTTP/1.1 and HTTP/2** on one port (hyper-util's `auto` server): an
-//!   HTTP/2 client is told apart by its connection preface, with prior
-//!   knowledge on plain TCP or by ALPN (`h2`) over TLS.
+//! - **HTTP/1.1 and HTTP/2** on one port: an HTTP/2 client is told apart
+//!   by its connection preface (with prior knowledge on plain TCP, or after
+//!   ALPN `h2` over TLS), which must come within the header-read timeout.
 //! - **TLS** (feature `rustls`, [`ServerConfig::tls`]): a certificate from
 //!   PEM files, replaced on [`ServerTls::reload`] for new handshakes while
 //!   open connections go on; the handshake must end within the header-read
@@ -43,6 +43,7 @@
 //! ```
 
 mod peer;
+mod sniff;
 mod timed_io;
 #[cfg(feature = "rustls")]
 mod tls;
@@ -55,9 +56,9 @@ use crate::gateway::BoxError;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use peer::WithPeer;
+use sniff::{sniff, Protocol};
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
@@ -199,7 +200,8 @@ where
     }
 }
 
-/// Serves one connection, HTTP/1.1 (with upgrades) or HTTP/2.
+/// Serves one connection, HTTP/1.1 (with upgrades) or HTTP/2 as its
+/// first bytes say, which must come within the header-read timeout.
 async fn serve_connection<I, S, B>(io: I, peer: SocketAddr, service: S, config: &ServerConfig)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -210,20 +212,34 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(Some(H2_KEEPALIVE))
-        .keep_alive_timeout(H2_KEEPALIVE)
-        .max_header_list_size(64 << 10);
+    let (protocol, io) = match tokio::time::timeout(config.header_read_timeout, sniff(io)).await {
+        Ok(Ok(Some(sniffed))) => sniffed,
+        Ok(Ok(None)) => return,
+        Ok(Err(e)) => return tracing::debug!("reading from {peer} failed: {e}"),
+        Err(_) => return tracing::debug!("{peer} sent no request in time"),
+    };
+    let io = TokioIo::new(io);
     let service = TowerToHyperService::new(WithPeer::new(service, peer));
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    if let Err(e) = conn.await {
+    let served = match protocol {
+        Protocol::Http1 => {
+            hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(config.header_read_timeout)
+                .serve_connection(io, service)
+                .with_upgrades()
+                .await
+        }
+        Protocol::Http2 => {
+            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .keep_alive_interval(Some(H2_KEEPALIVE))
+                .keep_alive_timeout(H2_KEEPALIVE)
+                .max_header_list_size(64 << 10)
+                .serve_connection(io, service)
+                .await
+        }
+    };
+    if let Err(e) = served {
         tracing::debug!("connection with {peer} ended with an error: {e}");
     }
 }

@@ -47,12 +47,23 @@ impl Ca {
     /// A certificate for `names` (DNS names or IP addresses) signed by
     /// this CA.
     pub fn leaf(&self, names: &[&str]) -> Leaf {
+        self.leaf_with(names, |_| {})
+    }
+
+    /// A certificate for `names` that expired in 2001.
+    pub fn expired_leaf(&self, names: &[&str]) -> Leaf {
+        self.leaf_with(names, |p| {
+            p.not_before = rcgen::date_time_ymd(2000, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2001, 1, 1);
+        })
+    }
+
+    fn leaf_with(&self, names: &[&str], edit: impl FnOnce(&mut CertificateParams)) -> Leaf {
         let key = KeyPair::generate().unwrap();
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &self.cert, &self.key)
-            .unwrap();
+        let mut params = CertificateParams::new(names).unwrap();
+        edit(&mut params);
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
         Leaf {
             chain: vec![cert.der().clone()],
             key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
