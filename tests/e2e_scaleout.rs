@@ -18,6 +18,10 @@ mod client;
 mod nginx;
 #[path = "e2e/support.rs"]
 mod support;
+#[path = "tls/support.rs"]
+mod tls;
+#[path = "tls/client.rs"]
+mod tls_client;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
 
@@ -170,6 +174,75 @@ fn the_scale_out_doc_shows_the_tested_configuration() {
         doc.contains(&quoted),
         "docs/scale-out.md must quote tests/scaleout/nginx.conf.template verbatim"
     );
+    let tls = format!("```nginx\n{}```", nginx::TLS_LISTEN);
+    assert!(
+        doc.contains(&tls),
+        "docs/scale-out.md must show the TLS listen lines the test uses"
+    );
+}
+
+/// Issue 24: nginx terminates TLS (the template's `listen` line made
+/// `listen … ssl` with a certificate made now) in front of 3 plain relays:
+/// a worker dials `wss://localhost/connect/<id>` trusting the CA, and a
+/// caller reaches it over HTTPS, HTTP/1.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nginx: run `bash .ci/scaleout`"]
+async fn nginx_terminates_tls_for_workers_and_callers() {
+    let scratch = Scratch::new();
+    let tokens = connect_tokens(3);
+    let file = scratch.0.join("tokens.txt");
+    std::fs::write(&file, tokens_text(&tokens)).unwrap();
+    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(&file, owner_only).unwrap();
+    let files = tls::TlsFiles::new();
+    let mut relays = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        relays.push(relay(port, &file));
+        addrs.push(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let conf = nginx::render_tls(
+        &scratch.0,
+        listen,
+        [addrs[0], addrs[1], addrs[2]],
+        &files.cert,
+        &files.key,
+    );
+    let proxy = nginx::Nginx::start(&scratch.0, listen, &conf);
+    let dialer = ws::Dialer::new().ca_pem(files.ca.pem().as_bytes()).unwrap();
+    for (id, secret) in &tokens {
+        tokio::spawn(worker_app::run(worker_app::WorkerOptions {
+            connect_url: format!("wss://localhost:{}/connect/{id}", listen.port()),
+            connect_token: token(secret),
+            worker_token: token(WORKER_TOKEN),
+            name: id.clone(),
+            dialer: dialer.clone(),
+        }));
+    }
+    let a = auth();
+    for (id, _) in &tokens {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut sender = tls_client::https(listen, &files.ca.pem(), false).await;
+            let req = http::Request::get(format!("/w/{id}/health"))
+                .header("host", "localhost")
+                .header("authorization", a.as_str())
+                .body(tls_client::empty())
+                .unwrap();
+            let status = sender.send(req).await.map(|r| r.status().as_u16());
+            if status.as_ref().is_ok_and(|s| *s == 200) {
+                break;
+            }
+            assert!(
+                Instant::now() < end,
+                "worker {id} not reachable over HTTPS through nginx: {status:?}\n{}",
+                proxy.error_log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 /// A private directory for nginx and the tokens file (removed at the end).

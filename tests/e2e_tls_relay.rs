@@ -13,7 +13,7 @@ mod tls;
 mod worker_app;
 
 use bytes::Bytes;
-use client::{client_config, h2c, https, tls_connect, Body};
+use client::{client_config, empty, h2c, https, tls_connect, Body};
 use futures_util::stream;
 use http::{Request, Response, StatusCode};
 use http_body::Frame;
@@ -92,10 +92,6 @@ fn pattern_body(n: u64) -> Body {
         })
     });
     StreamBody::new(pieces).boxed()
-}
-
-fn empty() -> Body {
-    Full::new(Bytes::new()).map_err(|e| match e {}).boxed()
 }
 
 /// Reads `resp`'s body, checking each byte against the pattern; its length.

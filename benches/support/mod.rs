@@ -125,6 +125,32 @@ async fn serve_direct(listener: tokio::net::TcpListener, token: Token) {
     }
 }
 
+/// The direct server over TLS: plain hyper behind tokio-rustls, HTTP/1.1.
+pub async fn serve_direct_tls(
+    listener: tokio::net::TcpListener,
+    token: Token,
+    tls: std::sync::Arc<rustls::ServerConfig>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            return;
+        };
+        let _ = stream.set_nodelay(true);
+        let token = token.clone();
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(stream).await else {
+                return;
+            };
+            let service = hyper::service::service_fn(move |req| direct(req, token.clone()));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
 fn full(status: u16, ctype: &str, body: Bytes) -> Response<Body> {
     Response::builder()
         .status(status)
@@ -245,7 +271,28 @@ impl Conn {
     pub async fn open(addr: SocketAddr) -> Result<Conn, BoxError> {
         let stream = tokio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        Conn::over(stream, addr).await
+    }
+
+    /// One HTTP/1.1 connection over TLS to `addr` as `localhost`.
+    pub async fn open_tls(
+        addr: SocketAddr,
+        tls: std::sync::Arc<rustls::ClientConfig>,
+    ) -> Result<Conn, BoxError> {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let name = rustls::pki_types::ServerName::try_from("localhost")?;
+        let stream = tokio_rustls::TlsConnector::from(tls)
+            .connect(name, stream)
+            .await?;
+        Conn::over(stream, addr).await
+    }
+
+    async fn over<I>(io: I, addr: SocketAddr) -> Result<Conn, BoxError>
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });

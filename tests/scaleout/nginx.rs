@@ -23,6 +23,34 @@ pub fn render(dir: &Path, listen: SocketAddr, relays: [SocketAddr; 3]) -> String
     conf
 }
 
+/// The `listen` line of the template, and what TLS at nginx makes of it
+/// (`docs/scale-out.md` shows the same lines): `@CERT@` and `@KEY@` are the
+/// PEM files of the certificate and its key.
+pub const PLAIN_LISTEN: &str = "        listen @LISTEN@;\n";
+pub const TLS_LISTEN: &str = "        listen @LISTEN@ ssl;
+        ssl_certificate @CERT@;
+        ssl_certificate_key @KEY@;
+        ssl_protocols TLSv1.2 TLSv1.3;
+";
+
+/// [`render`]'s configuration with nginx terminating TLS on `listen`.
+pub fn render_tls(
+    dir: &Path,
+    listen: SocketAddr,
+    relays: [SocketAddr; 3],
+    cert: &Path,
+    key: &Path,
+) -> String {
+    let plain = PLAIN_LISTEN.replace("@LISTEN@", &listen.to_string());
+    let tls = TLS_LISTEN
+        .replace("@LISTEN@", &listen.to_string())
+        .replace("@CERT@", &cert.display().to_string())
+        .replace("@KEY@", &key.display().to_string());
+    let conf = render(dir, listen, relays);
+    assert!(conf.contains(&plain), "the template's listen line moved");
+    conf.replace(&plain, &tls)
+}
+
 /// The nginx binary: `$NGINX`, else `nginx` on the PATH, else Debian's
 /// `/usr/sbin/nginx` (not on a non-root PATH).
 pub fn binary() -> PathBuf {

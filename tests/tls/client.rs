@@ -97,3 +97,9 @@ pub async fn h2c(addr: SocketAddr) -> Sender {
     tokio::spawn(conn);
     Sender::H2(sender)
 }
+
+/// An empty request body.
+pub fn empty() -> Body {
+    use http_body_util::BodyExt;
+    http_body_util::Empty::new().map_err(|e| match e {}).boxed()
+}
