@@ -20,6 +20,12 @@
 //! callers use HTTP/1.1 or HTTP/2 (ALPN). `SIGHUP` re-reads both files: new
 //! handshakes get the new certificate, open connections go on. Without
 //! TLS, HTTP/2 with prior knowledge is served beside HTTP/1.1.
+//!
+//! `SIGHUP` also re-reads the tokens file, atomically: new handshakes and
+//! callers see the new table at once, a connected worker whose token was
+//! removed or changed is closed (1008), every other connection is left
+//! alone. A file that cannot be read or parsed keeps the old table, and the
+//! log says why.
 
 #[path = "common/logging.rs"]
 mod logging;
@@ -107,13 +113,12 @@ async fn run(
          known workers: {}",
         workers.join(", ")
     );
-    if let Some(tls) = tls {
-        tokio::spawn(reload_on_sighup(tls));
-    }
+
     // Slow callers' responses wait in unlinked temporary files in $TMPDIR,
     // within 8 GiB for all the workers (the gateway's default store,
     // `rt::TempFileOverflow`).
     let gateway = Gateway::new(table);
+    tokio::spawn(reload_on_sighup(gateway.clone(), tokens, tls));
     tokio::select! {
         _ = serve(listener, gateway.service(), server) => {}
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
@@ -121,18 +126,33 @@ async fn run(
     ExitCode::SUCCESS
 }
 
-/// Re-reads the certificate and key on every `SIGHUP`; a file that cannot
-/// be served is logged and the old certificate stays.
-async fn reload_on_sighup(tls: ServerTls) {
+/// On every `SIGHUP`: re-reads the tokens file and, with TLS, the
+/// certificate and key. What cannot be read or parsed is logged and the
+/// old stays.
+async fn reload_on_sighup(gateway: Gateway, tokens: String, tls: Option<ServerTls>) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP: the certificate will not be reloaded");
+        tracing::warn!("cannot listen for SIGHUP: nothing will be reloaded");
         return;
     };
     while hup.recv().await.is_some() {
-        match tls.reload() {
-            Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and key"),
-            Err(e) => tracing::error!("SIGHUP: kept the old certificate: {e}"),
+        match std::fs::read_to_string(&tokens).map(|t| TokenTable::parse(&t)) {
+            Ok(Ok(table)) => {
+                let workers = table.len();
+                let revoked = gateway.replace_tokens(table);
+                tracing::info!(
+                    "SIGHUP: reloaded {tokens}: {workers} workers; closed {} whose token was revoked",
+                    revoked.len()
+                );
+            }
+            Ok(Err(e)) => tracing::error!("SIGHUP: kept the old tokens: {tokens}: {e}"),
+            Err(e) => tracing::error!("SIGHUP: kept the old tokens: cannot read {tokens}: {e}"),
+        }
+        if let Some(tls) = &tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and key"),
+                Err(e) => tracing::error!("SIGHUP: kept the old certificate: {e}"),
+            }
         }
     }
 }

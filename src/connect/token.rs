@@ -250,6 +250,21 @@ impl TokenTable {
         self.by_worker.contains_key(worker)
     }
 
+    /// Whether `worker` has the same token in both tables (both without
+    /// one counts as not the same: there is nothing to keep). Compared in
+    /// constant time.
+    pub fn same_token(&self, other: &TokenTable, worker: &str) -> bool {
+        match (self.token_of(worker), other.token_of(worker)) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    fn token_of(&self, worker: &str) -> Option<&Token> {
+        let digest = self.by_worker.get(worker)?;
+        self.by_digest.get(digest).map(|(_, token)| token)
+    }
+
     /// Number of workers.
     pub fn len(&self) -> usize {
         self.by_worker.len()

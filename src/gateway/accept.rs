@@ -2,7 +2,7 @@
 //! connection's life after it.
 
 use super::{answer, GatewayBody, Inner};
-use crate::connect::{decide_upgrade_at, ConnectTarget, WorkerId};
+use crate::connect::{decide_upgrade_at, ConnectTarget, TokenTable, WorkerId};
 use crate::frame::{CloseCode, Message, SUBPROTOCOL};
 use crate::rt::{self, DriverError, TokioTimer};
 use crate::ws::WsSocket;
@@ -31,10 +31,25 @@ pub(super) fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<Gat
         Ok(key) => key,
         Err(refusal) => return *refusal,
     };
-    let worker = match decide(inner, &req) {
+    let table = inner.tokens();
+    let worker = match decide(inner, &table, &req) {
         Ok(worker) => worker,
         Err(refusal) => return *refusal,
     };
+    let peer = req
+        .extensions()
+        .get::<crate::server::PeerAddr>()
+        .map(|p| p.0);
+    if let Some(wait) = inner.registry.damped(&worker, peer) {
+        let mut resp = answer(
+            StatusCode::TOO_MANY_REQUESTS,
+            "this worker's connection keeps being replaced; try later",
+        );
+        if let Ok(v) = HeaderValue::from_str(&wait.as_secs().to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return resp;
+    }
     if inner.registry.policy() == super::DuplicatePolicy::Refuse
         && inner.registry.handle(worker.as_str()).is_some()
     {
@@ -68,7 +83,11 @@ pub(super) fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<Gat
             }
         };
         let socket = WsSocket::server(TokioIo::new(upgraded)).await;
-        let _ = attach(&inner2, worker, socket).await;
+        let decided = Decided {
+            table: Some(table),
+            peer,
+        };
+        let _ = attach(&inner2, worker, socket, decided).await;
     });
     let mut resp = Response::new(GatewayBody::empty());
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -122,14 +141,14 @@ fn websocket_key<B>(req: &Request<B>) -> Result<HeaderValue, Refusal> {
 /// The worker this upgrade request is for, by its token and (at
 /// `<connect path>/<id>`) the id its path names; or the refusal (400, 401)
 /// to answer. Neither the log line nor the answer holds the token.
-fn decide<B>(inner: &Inner, req: &Request<B>) -> Result<WorkerId, Refusal> {
+fn decide<B>(inner: &Inner, table: &TokenTable, req: &Request<B>) -> Result<WorkerId, Refusal> {
     let path = req.uri().path();
     let target = ConnectTarget::parse(&inner.connect_path, path).unwrap_or(ConnectTarget::Any);
     let headers = req
         .headers()
         .iter()
         .map(|(n, v)| (n.as_str(), crate::connect::http::header_text(v)));
-    match decide_upgrade_at(&inner.tokens, target, headers) {
+    match decide_upgrade_at(table, target, headers) {
         Ok(accepted) => Ok(accepted.into_worker()),
         Err(rejected) => {
             tracing::info!("refused a worker: {rejected} ({})", rejected.status());
@@ -143,12 +162,21 @@ fn decide<B>(inner: &Inner, req: &Request<B>) -> Result<WorkerId, Refusal> {
     }
 }
 
+/// How a connection was let in: the token table its handshake was decided
+/// with, and its peer's address.
+#[derive(Default)]
+pub(super) struct Decided {
+    pub table: Option<Arc<TokenTable>>,
+    pub peer: Option<std::net::SocketAddr>,
+}
+
 /// Drives `socket` as `worker`'s connection until it ends, registered in
 /// the gateway meanwhile. `None` if the duplicate policy refused it.
 pub(super) async fn attach<S, E>(
     inner: &Inner,
     worker: WorkerId,
     socket: S,
+    decided: Decided,
 ) -> Option<Result<rt::Closed, DriverError<E>>>
 where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
@@ -160,7 +188,10 @@ where
         inner.relay.clone(),
         inner.overflow.clone(),
     );
-    let Some(registration) = inner.registry.register(worker.clone(), handle.clone()) else {
+    let Some(registration) = inner
+        .registry
+        .register(worker.clone(), handle.clone(), decided.peer)
+    else {
         // Refused after the 101 (a race with another connection, or a
         // socket given to `attach`): say so with a close, not a bare drop.
         // The connection's close deadline bounds the wait.
@@ -173,6 +204,15 @@ where
         return None;
     };
     tracing::info!("worker {worker} connected");
+    // A table replaced between the handshake's decision and now: the
+    // replacement's scan may have missed this connection.
+    if let Some(table) = decided.table {
+        let now = inner.tokens();
+        if !Arc::ptr_eq(&table, &now) && !table.same_token(&now, worker.as_str()) {
+            tracing::info!("worker {worker}: its token was revoked; closing its connection");
+            handle.close(CloseCode::POLICY_VIOLATION, super::REVOKED);
+        }
+    }
     let mut registration = Some(registration);
     let mut driver = driver;
     let result = poll_fn(|cx| {

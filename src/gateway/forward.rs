@@ -38,7 +38,7 @@ where
         }
         Err(e) => return answer(StatusCode::BAD_REQUEST, &format!("bad request: {e}")),
     };
-    if !inner.tokens.contains(worker.as_str()) {
+    if !inner.tokens().contains(worker.as_str()) {
         return answer(StatusCode::NOT_FOUND, "unknown worker");
     }
     let Some(handle) = inner.registry.handle(worker.as_str()) else {

@@ -74,10 +74,10 @@ mod registry;
 mod upload;
 
 pub use body::GatewayBody;
-pub use registry::{DuplicatePolicy, Presence};
+pub use registry::{DuplicatePolicy, Presence, FLAP_REPLACEMENTS, FLAP_WINDOW};
 
 use crate::connect::{ConnectTarget, TokenTable, UrlMap, WorkerId};
-use crate::frame::Message;
+use crate::frame::{CloseCode, Message};
 use crate::proto::{OverflowConfig, RelayConfig, Stats};
 use crate::rt::{self, DriverError, Overflow, RelayHandle, TempFileOverflow};
 use futures_core::Stream;
@@ -105,7 +105,8 @@ pub struct Gateway {
 }
 
 struct Inner {
-    tokens: TokenTable,
+    /// The token table now; replaced whole by [`Gateway::replace_tokens`].
+    tokens: std::sync::RwLock<Arc<TokenTable>>,
     urls: UrlMap,
     connect_path: String,
     relay: RelayConfig,
@@ -227,7 +228,7 @@ impl GatewayBuilder {
     pub fn build(self) -> Gateway {
         Gateway {
             inner: Arc::new(Inner {
-                tokens: self.tokens,
+                tokens: std::sync::RwLock::new(Arc::new(self.tokens)),
                 urls: self.urls,
                 connect_path: self.connect_path,
                 relay: self.relay,
@@ -301,7 +302,7 @@ impl Gateway {
         S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
         E: std::fmt::Display,
     {
-        accept::attach(&self.inner, worker, socket).await
+        accept::attach(&self.inner, worker, socket, Default::default()).await
     }
 
     /// The connection of `worker`, if it is connected.
@@ -324,16 +325,62 @@ impl Gateway {
         Some(self.handle(worker)?.stats())
     }
 
-    /// News of workers connecting and disconnecting, from now on.
+    /// News of workers connecting and disconnecting, from now on, in the
+    /// order it happened (each event is sent while the registry is
+    /// locked): the last event a subscriber got for a worker says whether
+    /// it is connected.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Presence> {
         self.inner.registry.subscribe()
+    }
+
+    /// The token table now.
+    pub fn tokens(&self) -> Arc<TokenTable> {
+        self.inner.tokens()
+    }
+
+    /// Replaces the token table at once, for new handshakes and callers'
+    /// requests (a worker no longer in it is unknown: 404). Every connected
+    /// worker whose token was revoked (no longer in the table, or changed)
+    /// is closed with 1008 ("token revoked") at once; every other
+    /// connection is untouched. Returns the workers closed.
+    pub fn replace_tokens(&self, tokens: TokenTable) -> Vec<WorkerId> {
+        let new = Arc::new(tokens);
+        let old = std::mem::replace(
+            &mut *self.inner.tokens.write().unwrap_or_else(|e| e.into_inner()),
+            new.clone(),
+        );
+        let mut revoked = Vec::new();
+        for worker in self.inner.registry.workers() {
+            if !old.same_token(&new, worker.as_str()) {
+                if let Some(handle) = self.inner.registry.handle(worker.as_str()) {
+                    tracing::info!(
+                        "worker {worker}: its token was revoked; closing its connection"
+                    );
+                    handle.close(CloseCode::POLICY_VIOLATION, REVOKED);
+                    revoked.push(worker);
+                }
+            }
+        }
+        revoked
+    }
+}
+
+/// The close reason of a connection whose token was revoked.
+pub const REVOKED: &str = "token revoked";
+
+impl Inner {
+    fn tokens(&self) -> Arc<TokenTable> {
+        self.tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")
-            .field("tokens", &self.inner.tokens)
+            .field("tokens", &self.inner.tokens())
             .field("connected", &self.connected())
             .finish()
     }

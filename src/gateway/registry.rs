@@ -4,10 +4,24 @@
 use crate::connect::WorkerId;
 use crate::frame::CloseCode;
 use crate::rt::RelayHandle;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
+
+/// Flap damping: a worker id whose open connection was replaced this many
+/// times within [`FLAP_WINDOW`] (two processes given one token, say, each
+/// replacing the other as soon as its backoff allows) has its new
+/// handshakes answered 429 until the oldest of those replacements is that
+/// old: the duplicate's backoff grows (a refused handshake does not reset
+/// it, as a successful one does), and the serving connection is left
+/// alone.
+pub const FLAP_REPLACEMENTS: usize = 3;
+
+/// See [`FLAP_REPLACEMENTS`].
+pub const FLAP_WINDOW: Duration = Duration::from_secs(30);
 
 /// What happens when a worker connects while a connection of the same id is
 /// still registered (a restarted worker whose old socket is not dead yet, or
@@ -49,10 +63,19 @@ pub enum Presence {
 struct Conn {
     generation: u64,
     handle: RelayHandle,
+    peer: Option<SocketAddr>,
+}
+
+#[derive(Default)]
+struct State {
+    conns: HashMap<WorkerId, Conn>,
+    /// When each worker's open connection was replaced, within the flap
+    /// window, and until when a warning about it has been logged.
+    replaced: HashMap<WorkerId, (VecDeque<Instant>, Option<Instant>)>,
 }
 
 pub(crate) struct Registry {
-    workers: Mutex<HashMap<WorkerId, Conn>>,
+    state: Mutex<State>,
     generation: AtomicU64,
     presence: broadcast::Sender<Presence>,
     policy: DuplicatePolicy,
@@ -71,17 +94,17 @@ pub(crate) struct Registration<'a> {
 impl Registry {
     pub fn new(policy: DuplicatePolicy, presence_capacity: usize) -> Registry {
         Registry {
-            workers: Mutex::new(HashMap::new()),
+            state: Mutex::new(State::default()),
             generation: AtomicU64::new(1),
             presence: broadcast::channel(presence_capacity.max(1)).0,
             policy,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<WorkerId, Conn>> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere while holding the lock left a consistent map:
         // every update is one insert or remove.
-        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn policy(&self) -> DuplicatePolicy {
@@ -91,39 +114,94 @@ impl Registry {
     /// The worker's connection, unless it has started closing (its
     /// registration is about to go: the worker counts as not connected).
     pub fn handle(&self, worker: &str) -> Option<RelayHandle> {
-        let handle = self.lock().get(worker)?.handle.clone();
+        let handle = self.lock().conns.get(worker)?.handle.clone();
         (!handle.is_closed()).then_some(handle)
     }
 
     pub fn workers(&self) -> Vec<WorkerId> {
-        self.lock().keys().cloned().collect()
+        self.lock().conns.keys().cloned().collect()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Presence> {
         self.presence.subscribe()
     }
 
+    /// Whether `worker`'s new handshakes are damped now (see
+    /// [`FLAP_REPLACEMENTS`]): how long until they are not. Logs one
+    /// warning per damping period, naming the worker and both peers (never
+    /// the token).
+    pub fn damped(&self, worker: &WorkerId, peer: Option<SocketAddr>) -> Option<Duration> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let current = state
+            .conns
+            .get(worker)
+            .filter(|c| !c.handle.is_closed())
+            .map(|c| c.peer);
+        let (times, warned) = state.replaced.get_mut(worker)?;
+        times.retain(|t| now.duration_since(*t) < FLAP_WINDOW);
+        let serving = current?;
+        if times.len() < FLAP_REPLACEMENTS {
+            return None;
+        }
+        let until = times[times.len() - FLAP_REPLACEMENTS] + FLAP_WINDOW;
+        if warned.is_none_or(|w| w < now) {
+            *warned = Some(until);
+            let addr = |a: Option<SocketAddr>| a.map_or("?".into(), |a| a.to_string());
+            tracing::warn!(
+                "worker {worker}: its connection was replaced {} times in {} s; two processes \
+                 may share its token (serving: {}, dialling: {}); answering its new handshakes \
+                 429 for {} s",
+                times.len(),
+                FLAP_WINDOW.as_secs(),
+                addr(serving),
+                addr(peer),
+                until.duration_since(now).as_secs().max(1)
+            );
+        }
+        Some(until.duration_since(now).max(Duration::from_secs(1)))
+    }
+
     /// Registers `handle` as `worker`'s connection, replacing (and closing)
     /// any earlier one, or refusing if the policy says so and one is there.
-    pub fn register(&self, worker: WorkerId, handle: RelayHandle) -> Option<Registration<'_>> {
+    /// The news goes out while the registry is locked, so subscribers get
+    /// it in order.
+    pub fn register(
+        &self,
+        worker: WorkerId,
+        handle: RelayHandle,
+        peer: Option<SocketAddr>,
+    ) -> Option<Registration<'_>> {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let old = {
-            let mut workers = self.lock();
-            // A closing connection is on its way out: it refuses nobody.
-            let open = workers.get(&worker).is_some_and(|c| !c.handle.is_closed());
-            if self.policy == DuplicatePolicy::Refuse && open {
-                return None;
-            }
-            workers.insert(worker.clone(), Conn { generation, handle })
+        let mut state = self.lock();
+        // A closing connection is on its way out: it refuses nobody.
+        let open = state
+            .conns
+            .get(&worker)
+            .is_some_and(|c| !c.handle.is_closed());
+        if self.policy == DuplicatePolicy::Refuse && open {
+            return None;
+        }
+        let conn = Conn {
+            generation,
+            handle,
+            peer,
         };
-        if let Some(old) = old {
+        if let Some(old) = state.conns.insert(worker.clone(), conn) {
             tracing::info!("worker {worker} reconnected; closing its previous connection");
             old.handle
                 .close(CloseCode::POLICY_VIOLATION, "replaced by a new connection");
+            if open {
+                let now = Instant::now();
+                let (times, _) = state.replaced.entry(worker.clone()).or_default();
+                times.retain(|t| now.duration_since(*t) < FLAP_WINDOW);
+                times.push_back(now);
+            }
         }
         let _ = self.presence.send(Presence::Connected {
             worker: worker.clone(),
         });
+        drop(state);
         Some(Registration {
             registry: self,
             worker,
@@ -135,18 +213,21 @@ impl Registry {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        let current = {
-            let mut workers = self.registry.lock();
-            let current = workers
-                .get(&self.worker)
-                .is_some_and(|c| c.generation == self.generation);
-            if current {
-                workers.remove(&self.worker);
-            }
-            current
-        };
+        let mut state = self.registry.lock();
+        let current = state
+            .conns
+            .get(&self.worker)
+            .is_some_and(|c| c.generation == self.generation);
         if !current {
             return; // replaced: the newer connection is the worker's presence
+        }
+        state.conns.remove(&self.worker);
+        if state
+            .replaced
+            .get(&self.worker)
+            .is_some_and(|(times, _)| times.is_empty())
+        {
+            state.replaced.remove(&self.worker);
         }
         let _ = self.registry.presence.send(Presence::Disconnected {
             worker: self.worker.clone(),

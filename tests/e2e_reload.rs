@@ -1,0 +1,73 @@
+//! Issue 25, the relay example: `SIGHUP` re-reads the tokens file. A file
+//! that cannot be parsed keeps the old table; a worker whose token was
+//! removed is closed and, refused (401) when it dials again, exits 1.
+
+#[path = "e2e/support.rs"]
+mod support;
+#[path = "../examples/common/worker_app.rs"]
+mod worker_app;
+
+use std::process::Command;
+use std::time::Duration;
+use support::{example_bin, free_port, tokens_file, worker_process, Proc, CONNECT_TOKEN};
+
+fn hup(p: &Proc) {
+    let pid = p.child.id() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+}
+
+#[test]
+fn sighup_reloads_the_tokens_and_closes_a_revoked_worker() {
+    let port = free_port();
+    let tokens = tokens_file(&format!("abc {CONNECT_TOKEN}\nidle ct-idle-worker-token\n"));
+    let mut cmd = Command::new(example_bin("relay"));
+    cmd.arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--tokens")
+        .arg(&tokens)
+        .env("RUST_LOG", "info");
+    let relay = Proc::spawn(cmd);
+    assert!(
+        relay.wait_log("listening on", Duration::from_secs(20)),
+        "{}",
+        relay.log()
+    );
+    let mut worker = worker_process(port, CONNECT_TOKEN);
+    assert!(
+        relay.wait_log("worker abc connected", Duration::from_secs(20)),
+        "{}",
+        relay.log()
+    );
+
+    // A malformed file: the old table stays, the worker too.
+    std::fs::write(&tokens, "abc too-short\n").unwrap();
+    hup(&relay);
+    assert!(
+        relay.wait_log("kept the old tokens", Duration::from_secs(10)),
+        "{}",
+        relay.log()
+    );
+    assert!(!relay.log().contains("disconnected"), "{}", relay.log());
+
+    // abc removed: closed at once, refused when it dials again, exits 1.
+    std::fs::write(&tokens, "idle ct-idle-worker-token\n").unwrap();
+    hup(&relay);
+    assert!(
+        relay.wait_log("closed 1 whose token was revoked", Duration::from_secs(10)),
+        "{}",
+        relay.log()
+    );
+    assert_eq!(
+        worker.wait_exit(Duration::from_secs(20)),
+        Some(1),
+        "--- worker ---\n{}\n--- relay ---\n{}",
+        worker.log(),
+        relay.log()
+    );
+    assert!(
+        relay.log().contains("worker abc disconnected"),
+        "{}",
+        relay.log()
+    );
+    assert!(!relay.log().contains(CONNECT_TOKEN));
+}
