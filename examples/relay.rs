@@ -21,6 +21,12 @@
 //! handshakes get the new certificate, open connections go on. Without
 //! TLS, HTTP/2 with prior knowledge is served beside HTTP/1.1.
 //!
+//! `SIGTERM` (or Ctrl-C) drains the relay: no new connection is accepted,
+//! the requests in flight finish (at most `--grace SECS`, default 30), idle
+//! caller connections close, and each worker is closed with 1012 (service
+//! restart) as soon as its own streams are done, so it reconnects at once
+//! (to the next relay, or to this one restarted).
+//!
 //! `SIGHUP` also re-reads the tokens file, atomically: new handshakes and
 //! callers see the new table at once, a connected worker whose token was
 //! removed or changed is closed (1008), every other connection is left
@@ -35,17 +41,19 @@ mod runtime;
 use std::process::ExitCode;
 use std::time::Duration;
 use worker_relay::connect::TokenTable;
+use worker_relay::frame::CloseCode;
 use worker_relay::gateway::{Gateway, CONNECT_PATH};
-use worker_relay::server::{serve, ServerConfig, ServerTls};
+use worker_relay::server::{serve_with_shutdown, ServerConfig, ServerTls};
 
 const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
                      [--tls-cert FILE --tls-key FILE] \
-                     [--max-connections N] [--header-timeout SECS] [--threads N]";
+                     [--max-connections N] [--header-timeout SECS] [--grace SECS] [--threads N]";
 
 fn main() -> ExitCode {
     logging::init("relay");
     let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
     let (mut threads, mut cert, mut key) = (None, None, None);
+    let mut grace = Duration::from_secs(30);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let number = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok());
@@ -59,6 +67,9 @@ fn main() -> ExitCode {
             }
             ("--header-timeout", v) if number(v.clone()).is_some() => {
                 server = server.header_read_timeout(Duration::from_secs(number(v).unwrap_or(1)))
+            }
+            ("--grace", v) if number(v.clone()).is_some() => {
+                grace = Duration::from_secs(number(v).unwrap_or(30))
             }
             ("--threads", v) if number(v.clone()).is_some_and(|n| n > 0) => {
                 threads = number(v).map(|n| n as usize)
@@ -81,7 +92,7 @@ fn main() -> ExitCode {
         server = server.tls(tls.clone());
     }
     match runtime::build(threads) {
-        Ok(rt) => rt.block_on(run(listen, tokens, server, tls)),
+        Ok(rt) => rt.block_on(run(listen, tokens, server, tls, grace)),
         Err(e) => fail(1, format!("cannot start the runtime: {e}")),
     }
 }
@@ -91,6 +102,7 @@ async fn run(
     tokens: String,
     server: ServerConfig,
     tls: Option<ServerTls>,
+    grace: Duration,
 ) -> ExitCode {
     let table = match std::fs::read_to_string(&tokens).map(|t| TokenTable::parse(&t)) {
         Ok(Ok(t)) => t,
@@ -119,11 +131,51 @@ async fn run(
     // `rt::TempFileOverflow`).
     let gateway = Gateway::new(table);
     tokio::spawn(reload_on_sighup(gateway.clone(), tokens, tls));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = serve_with_shutdown(listener, gateway.service(), server, async {
+        let _ = stopped.await;
+    });
+    let mut serving = std::pin::pin!(serving);
     tokio::select! {
-        _ = serve(listener, gateway.service(), server) => {}
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
+        () = &mut serving => return ExitCode::SUCCESS,
+        why = terminated() => tracing::info!(
+            "{why}: draining (no new connections; requests in flight finish, at most {} s; \
+             then each worker is closed with 1012)",
+            grace.as_secs()
+        ),
     }
+    // Callers first (no new request can arrive), then the workers, each as
+    // soon as its streams are done.
+    let _ = stop.send(());
+    let drained = async {
+        tokio::join!(serving, gateway.drain(grace, CloseCode::SERVICE_RESTART));
+    };
+    if tokio::time::timeout(grace + Duration::from_secs(10), drained)
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain did not finish in time; exiting anyway");
+    }
+    tracing::info!("drained; exiting");
     ExitCode::SUCCESS
+}
+
+/// `SIGTERM` or `SIGINT` (Ctrl-C), whichever comes first.
+async fn terminated() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let sigterm = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = sigterm => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "interrupted",
+    }
 }
 
 /// On every `SIGHUP`: re-reads the tokens file and, with TLS, the

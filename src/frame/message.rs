@@ -21,6 +21,8 @@ impl CloseCode {
     pub const MESSAGE_TOO_BIG: CloseCode = CloseCode(1009);
     /// 1011: internal error.
     pub const INTERNAL_ERROR: CloseCode = CloseCode(1011);
+    /// 1012: service restart (the peer may reconnect at once).
+    pub const SERVICE_RESTART: CloseCode = CloseCode(1012);
     /// 1013: try again later.
     pub const TRY_AGAIN_LATER: CloseCode = CloseCode(1013);
 }

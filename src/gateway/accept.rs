@@ -31,6 +31,15 @@ pub(super) fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<Gat
         Ok(key) => key,
         Err(refusal) => return *refusal,
     };
+    if inner.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        let mut resp = answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the relay is shutting down",
+        );
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return resp;
+    }
     let table = inner.tokens();
     let worker = match decide(inner, &table, &req) {
         Ok(worker) => worker,
@@ -182,6 +191,7 @@ where
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
     E: std::fmt::Display,
 {
+    let _alive = inner.alive.clone();
     let (handle, driver) = rt::relay_with_overflow(
         socket,
         TokioTimer,

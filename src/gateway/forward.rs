@@ -26,6 +26,12 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    if inner.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        return retry_soon(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the relay is shutting down",
+        ));
+    }
     if inner.relay.refuses_method(req.method().as_str()) {
         return answer(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
     }

@@ -116,6 +116,10 @@ struct Inner {
     response_head_timeout: Option<Duration>,
     lingering_time: Duration,
     registry: Registry,
+    /// Set by [`Gateway::drain`]: no new worker, no new request.
+    draining: std::sync::atomic::AtomicBool,
+    /// One clone per worker connection's task, alive until it ends.
+    alive: Arc<()>,
 }
 
 /// Settings of a [`Gateway`]; from [`Gateway::builder`].
@@ -237,6 +241,8 @@ impl GatewayBuilder {
                 send_timeout: self.send_timeout,
                 response_head_timeout: self.response_head_timeout,
                 lingering_time: self.lingering_time,
+                draining: Default::default(),
+                alive: Arc::new(()),
                 registry: Registry::new(self.duplicates, self.presence_capacity),
             }),
         }
@@ -362,6 +368,50 @@ impl Gateway {
             }
         }
         revoked
+    }
+}
+
+impl Gateway {
+    /// Drains the gateway for a shutdown or restart: from now on a new
+    /// worker handshake or caller request is answered 503 with
+    /// `Retry-After: 1`; each worker connection is closed with `code`
+    /// ([`CloseCode::SERVICE_RESTART`] or [`CloseCode::GOING_AWAY`]: its
+    /// worker reconnects at once, per the spec) as soon as it has no stream
+    /// in flight, or when `grace` has passed. Resolves when every worker
+    /// connection has ended: at most `grace` plus the connections' close
+    /// deadline. The protocol has no "go away" frame, so stop sending
+    /// callers first ([`server::serve_with_shutdown`](crate::server::serve_with_shutdown)
+    /// does), then drain.
+    pub async fn drain(&self, grace: Duration, code: CloseCode) {
+        use std::sync::atomic::Ordering;
+        self.inner.draining.store(true, Ordering::SeqCst);
+        let start = tokio::time::Instant::now();
+        let deadline = start + grace;
+        let give_up = deadline + self.inner.relay.close_timeout() + Duration::from_secs(1);
+        loop {
+            let now = tokio::time::Instant::now();
+            for worker in self.inner.registry.workers() {
+                let Some(handle) = self.inner.registry.handle(worker.as_str()) else {
+                    continue;
+                };
+                if handle.stats().streams_open == 0 || now >= deadline {
+                    tracing::info!("worker {worker}: closing its connection ({})", code.0);
+                    handle.close(code, "the relay is shutting down");
+                }
+            }
+            // Each connection's task holds a clone of `alive`.
+            if Arc::strong_count(&self.inner.alive) == 1 || now >= give_up {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Whether [`Gateway::drain`] has begun.
+    pub fn is_draining(&self) -> bool {
+        self.inner
+            .draining
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

@@ -135,7 +135,8 @@ impl ServerConfig {
 
 /// Serves `service` on every connection `listener` accepts, forever (drop
 /// or abort the future to stop accepting; connections already open run on
-/// their own tasks). Needs a tokio runtime.
+/// their own tasks). Needs a tokio runtime. [`serve_with_shutdown`] stops
+/// gracefully.
 pub async fn serve<S, B>(listener: TcpListener, service: S, config: ServerConfig) -> Infallible
 where
     S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
@@ -145,7 +146,37 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let slots = Arc::new(Semaphore::new(config.max_connections.max(1)));
+    serve_with_shutdown(listener, service, config, std::future::pending()).await;
+    unreachable!("a pending shutdown never comes")
+}
+
+/// [`serve`] until `shutdown` resolves, then a graceful stop, as hyper's
+/// and axum's: no new connection is accepted (the listener is dropped);
+/// each open HTTP connection finishes the request it is serving and then
+/// closes (HTTP/1.1: `Connection: close` on its response, or closed at
+/// once if idle; HTTP/2: GOAWAY, the streams in flight go on); a
+/// connection still in its TLS handshake or before its first request is
+/// dropped. Resolves when every HTTP connection is closed. Workers'
+/// upgraded connections are not HTTP connections any more: the gateway
+/// drains them ([`Gateway::drain`](crate::gateway::Gateway::drain)).
+pub async fn serve_with_shutdown<S, B, F>(
+    listener: TcpListener,
+    service: S,
+    config: ServerConfig,
+    shutdown: F,
+) where
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    F: std::future::Future<Output = ()>,
+{
+    let max = config.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max));
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut shutdown = std::pin::pin!(shutdown);
     let mut backoff = Duration::ZERO;
     loop {
         let permit = match slots.clone().try_acquire_owned() {
@@ -156,13 +187,20 @@ where
                     "at the connection cap: not accepting until a connection ends"
                 );
                 // The semaphore is never closed: this waits for a slot.
-                let Ok(p) = slots.clone().acquire_owned().await else {
-                    continue;
-                };
-                p
+                tokio::select! {
+                    p = slots.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => continue,
+                    },
+                    () = &mut shutdown => break,
+                }
             }
         };
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
             Ok(accepted) => {
                 backoff = Duration::ZERO;
                 accepted
@@ -181,29 +219,40 @@ where
         let _ = stream.set_nodelay(true);
         let service = service.clone();
         let config = config.clone();
+        let stop = stop.clone();
         tokio::spawn(async move {
             let io = TimedIo::new(stream, config.send_timeout);
             #[cfg(feature = "rustls")]
             if let Some(tls) = &config.tls {
                 let acceptor = tokio_rustls::TlsAcceptor::from(tls.rustls_config());
                 match tokio::time::timeout(config.header_read_timeout, acceptor.accept(io)).await {
-                    Ok(Ok(io)) => serve_connection(io, peer, service, &config).await,
+                    Ok(Ok(io)) => serve_connection(io, peer, service, &config, stop).await,
                     Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
                     Err(_) => tracing::debug!("TLS handshake with {peer} timed out"),
                 }
                 drop(permit);
                 return;
             }
-            serve_connection(io, peer, service, &config).await;
+            serve_connection(io, peer, service, &config, stop).await;
             drop(permit);
         });
     }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    tracing::info!("stopped accepting; waiting for the open HTTP connections to finish");
+    // Every connection holds a slot until it is done.
+    let _ = slots.acquire_many(max as u32).await;
 }
 
 /// Serves one connection, HTTP/1.1 (with upgrades) or HTTP/2 as its
 /// first bytes say, which must come within the header-read timeout.
-async fn serve_connection<I, S, B>(io: I, peer: SocketAddr, service: S, config: &ServerConfig)
-where
+async fn serve_connection<I, S, B>(
+    io: I,
+    peer: SocketAddr,
+    service: S,
+    config: &ServerConfig,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -212,7 +261,12 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let (protocol, io) = match tokio::time::timeout(config.header_read_timeout, sniff(io)).await {
+    let sniffing = tokio::time::timeout(config.header_read_timeout, sniff(io));
+    let sniffed = tokio::select! {
+        s = sniffing => s,
+        () = stopped(&mut stop) => return,
+    };
+    let (protocol, io) = match sniffed {
         Ok(Ok(Some(sniffed))) => sniffed,
         Ok(Ok(None)) => return,
         Ok(Err(e)) => return tracing::debug!("reading from {peer} failed: {e}"),
@@ -222,25 +276,47 @@ where
     let service = TowerToHyperService::new(WithPeer::new(service, peer));
     let served = match protocol {
         Protocol::Http1 => {
-            hyper::server::conn::http1::Builder::new()
+            let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(config.header_read_timeout)
                 .serve_connection(io, service)
-                .with_upgrades()
-                .await
+                .with_upgrades();
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => r,
+                () = stopped(&mut stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            }
         }
         Protocol::Http2 => {
-            hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .keep_alive_interval(Some(H2_KEEPALIVE))
                 .keep_alive_timeout(H2_KEEPALIVE)
                 .max_header_list_size(64 << 10)
-                .serve_connection(io, service)
-                .await
+                .serve_connection(io, service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => r,
+                () = stopped(&mut stop) => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            }
         }
     };
     if let Err(e) = served {
         tracing::debug!("connection with {peer} ended with an error: {e}");
+    }
+}
+
+/// Resolves when the server stops gracefully; never if it was dropped
+/// instead (its connections then run on, as they always did).
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    if stop.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
