@@ -28,6 +28,8 @@ mod cpu;
 mod support;
 #[path = "../tests/tls/support.rs"]
 mod tls;
+#[path = "../tests/tls/client.rs"]
+mod tls_client;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
 
@@ -52,22 +54,6 @@ struct Stack {
     direct: SocketAddr,
     auth: String,
     client: Arc<rustls::ClientConfig>,
-}
-
-fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
 }
 
 async fn start(files: &tls::TlsFiles) -> Stack {
@@ -115,7 +101,7 @@ async fn start(files: &tls::TlsFiles) -> Stack {
         relay: relay_addr,
         direct: direct_addr,
         auth: format!("Bearer {}", worker_token.expose_secret()),
-        client: client_config(&files.ca.pem()),
+        client: tls_client::client_config(&files.ca.pem(), &[b"http/1.1"]),
     }
 }
 

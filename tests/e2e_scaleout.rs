@@ -190,18 +190,8 @@ fn the_scale_out_doc_shows_the_tested_configuration() {
 async fn nginx_terminates_tls_for_workers_and_callers() {
     let scratch = Scratch::new();
     let tokens = connect_tokens(3);
-    let file = scratch.0.join("tokens.txt");
-    std::fs::write(&file, tokens_text(&tokens)).unwrap();
-    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
-    std::fs::set_permissions(&file, owner_only).unwrap();
+    let (_relays, addrs) = three_relays(&scratch, &tokens);
     let files = tls::TlsFiles::new();
-    let mut relays = Vec::new();
-    let mut addrs = Vec::new();
-    for _ in 0..3 {
-        let port = free_port();
-        relays.push(relay(port, &file));
-        addrs.push(SocketAddr::from(([127, 0, 0, 1], port)));
-    }
     let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let conf = nginx::render_tls(
         &scratch.0,
@@ -264,6 +254,25 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// Three relay examples on free ports sharing a tokens file of `tokens`
+/// in `scratch`; once they accept.
+fn three_relays(scratch: &Scratch, tokens: &[(String, String)]) -> (Vec<Proc>, Vec<SocketAddr>) {
+    let file = scratch.0.join("tokens.txt");
+    std::fs::write(&file, tokens_text(tokens)).unwrap();
+    // The directory is readable by nginx's workers (user nobody); the
+    // tokens are for the relays (this user) only.
+    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(&file, owner_only).unwrap();
+    let mut relays = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        relays.push(relay(port, &file));
+        addrs.push(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    (relays, addrs)
 }
 
 /// The relay example on `port`, reading `tokens`; once it accepts.
@@ -388,19 +397,7 @@ async fn recovery(
 async fn three_relays_behind_nginx() {
     let scratch = Scratch::new();
     let tokens = connect_tokens(WORKERS);
-    let file = scratch.0.join("tokens.txt");
-    std::fs::write(&file, tokens_text(&tokens)).unwrap();
-    // The directory is readable by nginx's workers (user nobody); the
-    // tokens are for the relays (this user) only.
-    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
-    std::fs::set_permissions(&file, owner_only).unwrap();
-    let mut relays: Vec<Proc> = Vec::new();
-    let mut addrs = Vec::new();
-    for _ in 0..3 {
-        let port = free_port();
-        relays.push(relay(port, &file));
-        addrs.push(SocketAddr::from(([127, 0, 0, 1], port)));
-    }
+    let (mut relays, addrs) = three_relays(&scratch, &tokens);
     let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let conf = nginx::render(&scratch.0, listen, [addrs[0], addrs[1], addrs[2]]);
     let proxy = nginx::Nginx::start(&scratch.0, listen, &conf);

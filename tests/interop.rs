@@ -14,6 +14,8 @@ mod client;
 mod support;
 #[path = "tls/support.rs"]
 mod tls;
+#[path = "tls/client.rs"]
+mod tls_client;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
 
@@ -326,7 +328,10 @@ impl Stack {
     fn endpoint(&self) -> Endpoint {
         Endpoint {
             addr: self.addr(),
-            tls: self.tls.as_ref().map(|f| caller_tls(&f.ca.pem())),
+            tls: self
+                .tls
+                .as_ref()
+                .map(|f| tls_client::client_config(&f.ca.pem(), &[b"http/1.1"])),
         }
     }
 
@@ -366,23 +371,6 @@ fn relay_on(port: u16, tls: Option<&TlsFiles>) -> Proc {
 struct Endpoint {
     addr: SocketAddr,
     tls: Option<Arc<rustls::ClientConfig>>,
-}
-
-/// A caller's TLS settings: trusting `ca_pem`, HTTP/1.1.
-fn caller_tls(ca_pem: &str) -> Arc<rustls::ClientConfig> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Arc::new(config)
 }
 
 async fn send(
