@@ -7,7 +7,9 @@ import sys
 
 
 def version(v):
-    return tuple(int(p) for p in v.split("."))
+    """`1.85` and `1.85.0` are the same version: pad to three parts."""
+    parts = [int(p) for p in v.split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))
 
 
 meta = json.load(sys.stdin)
