@@ -135,6 +135,7 @@ pub struct GatewayBuilder {
     lingering_time: Duration,
     duplicates: DuplicatePolicy,
     presence_capacity: usize,
+    flap: Option<(usize, Duration)>,
 }
 
 impl GatewayBuilder {
@@ -221,6 +222,17 @@ impl GatewayBuilder {
         self
     }
 
+    /// Flap damping: once a worker's open connection has been replaced
+    /// `replacements` times within `window` (two processes given one
+    /// token), its new handshakes are answered 429 with `Retry-After` until
+    /// the oldest of those is `window` old. Default
+    /// `Some((FLAP_REPLACEMENTS, FLAP_WINDOW))`, 3 in 30 s; `None` turns it
+    /// off.
+    pub fn flap_damping(mut self, damping: Option<(usize, Duration)>) -> Self {
+        self.flap = damping;
+        self
+    }
+
     /// How many [`Presence`] events a slow subscriber may lag behind before
     /// it misses some (default 256).
     pub fn presence_capacity(mut self, n: usize) -> Self {
@@ -243,7 +255,7 @@ impl GatewayBuilder {
                 lingering_time: self.lingering_time,
                 draining: Default::default(),
                 alive: Arc::new(()),
-                registry: Registry::new(self.duplicates, self.presence_capacity),
+                registry: Registry::new(self.duplicates, self.presence_capacity, self.flap),
             }),
         }
     }
@@ -276,6 +288,7 @@ impl Gateway {
             lingering_time: Duration::from_secs(30),
             duplicates: DuplicatePolicy::default(),
             presence_capacity: 256,
+            flap: Some((FLAP_REPLACEMENTS, FLAP_WINDOW)),
         }
     }
 

@@ -11,8 +11,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
-/// Flap damping: a worker id whose open connection was replaced this many
-/// times within [`FLAP_WINDOW`] (two processes given one token, say, each
+/// Flap damping, by default (see
+/// [`GatewayBuilder::flap_damping`](super::GatewayBuilder::flap_damping)): a
+/// worker id whose open connection was replaced this many times within
+/// [`FLAP_WINDOW`] (two processes given one token, say, each
 /// replacing the other as soon as its backoff allows) has its new
 /// handshakes answered 429 until the oldest of those replacements is that
 /// old: the duplicate's backoff grows (a refused handshake does not reset
@@ -79,6 +81,9 @@ pub(crate) struct Registry {
     generation: AtomicU64,
     presence: broadcast::Sender<Presence>,
     policy: DuplicatePolicy,
+    /// Flap damping: this many replacements within this window; `None`:
+    /// off.
+    flap: Option<(usize, Duration)>,
 }
 
 /// A registered connection; dropping it (the connection started closing, or
@@ -92,8 +97,13 @@ pub(crate) struct Registration<'a> {
 }
 
 impl Registry {
-    pub fn new(policy: DuplicatePolicy, presence_capacity: usize) -> Registry {
+    pub fn new(
+        policy: DuplicatePolicy,
+        presence_capacity: usize,
+        flap: Option<(usize, Duration)>,
+    ) -> Registry {
         Registry {
+            flap: flap.filter(|(n, w)| *n > 0 && !w.is_zero()),
             state: Mutex::new(State::default()),
             generation: AtomicU64::new(1),
             presence: broadcast::channel(presence_capacity.max(1)).0,
@@ -131,6 +141,7 @@ impl Registry {
     /// warning per damping period, naming the worker and both peers (never
     /// the token).
     pub fn damped(&self, worker: &WorkerId, peer: Option<SocketAddr>) -> Option<Duration> {
+        let (limit, window) = self.flap?;
         let now = Instant::now();
         let mut state = self.lock();
         let current = state
@@ -139,12 +150,12 @@ impl Registry {
             .filter(|c| !c.handle.is_closed())
             .map(|c| c.peer);
         let (times, warned) = state.replaced.get_mut(worker)?;
-        times.retain(|t| now.duration_since(*t) < FLAP_WINDOW);
+        times.retain(|t| now.duration_since(*t) < window);
         let serving = current?;
-        if times.len() < FLAP_REPLACEMENTS {
+        if times.len() < limit {
             return None;
         }
-        let until = times[times.len() - FLAP_REPLACEMENTS] + FLAP_WINDOW;
+        let until = times[times.len() - limit] + window;
         if warned.is_none_or(|w| w < now) {
             *warned = Some(until);
             let addr = |a: Option<SocketAddr>| a.map_or("?".into(), |a| a.to_string());
@@ -153,7 +164,7 @@ impl Registry {
                  may share its token (serving: {}, dialling: {}); answering its new handshakes \
                  429 for {} s",
                 times.len(),
-                FLAP_WINDOW.as_secs(),
+                window.as_secs(),
                 addr(serving),
                 addr(peer),
                 until.duration_since(now).as_secs().max(1)
@@ -191,10 +202,10 @@ impl Registry {
             tracing::info!("worker {worker} reconnected; closing its previous connection");
             old.handle
                 .close(CloseCode::POLICY_VIOLATION, "replaced by a new connection");
-            if open {
+            if let (true, Some((_, window))) = (open, self.flap) {
                 let now = Instant::now();
                 let (times, _) = state.replaced.entry(worker.clone()).or_default();
-                times.retain(|t| now.duration_since(*t) < FLAP_WINDOW);
+                times.retain(|t| now.duration_since(*t) < window);
                 times.push_back(now);
             }
         }
