@@ -22,6 +22,10 @@
 //! directly, without a relay: the baseline the benchmarks compare with.
 //! `--threads N` sets the runtime's threads (default: one per core).
 //!
+//! `SIGTERM` (or Ctrl-C) drains the worker: new requests are answered 503
+//! with `Retry-After: 1`, those in flight finish (at most 30 s), then the
+//! connection is closed with 1001 and the process exits 0.
+//!
 //! Both tokens are read from the environment (never the command line) and
 //! removed from it at start, their bytes zeroed first, so a process running
 //! under the same uid cannot read them from `/proc/<pid>/environ`.
@@ -138,13 +142,38 @@ fn main() -> ExitCode {
         dialer,
     };
     let runtime = runtime::build(threads).expect("tokio runtime");
+    // SIGTERM or Ctrl-C: new requests answered 503, those in flight finish
+    // (at most GRACE), then the connection is closed with 1001.
     let code = runtime.block_on(async {
         match upstream {
-            Some(upstream) => worker_app::run_with(opts, upstream.service()).await,
-            None => worker_app::run(opts).await,
+            Some(upstream) => {
+                worker_app::run_until(opts, upstream.service(), terminated(), GRACE).await
+            }
+            None => worker_app::run_until(opts, worker_app::app(), terminated(), GRACE).await,
         }
     });
     ExitCode::from(code as u8)
+}
+
+/// How long the requests in flight may take after `SIGTERM`.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `SIGTERM` or `SIGINT` (Ctrl-C), whichever comes first.
+async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let sigterm = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = sigterm => tracing::info!("SIGTERM"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
+    }
 }
 
 /// `--listen`: the app on `addr`, no relay, until the process is killed.

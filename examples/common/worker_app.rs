@@ -17,9 +17,9 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
-use worker_relay::connect::{Refused, Token};
+use worker_relay::connect::Token;
 use worker_relay::gateway::BoxError;
-use worker_relay::tunnel::{Tunnel, TunnelBody};
+use worker_relay::tunnel::{Tunnel, TunnelBody, TunnelEnd};
 use worker_relay::ws::Dialer;
 
 /// What the worker needs to run.
@@ -47,14 +47,43 @@ where
     S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
     S::Future: Send + 'static,
 {
-    // The tunnel returns only on a final refusal, which it logs.
-    let _: Refused = Tunnel::new(opts.connect_url, opts.connect_token)
+    run_until(opts, service, std::future::pending(), Duration::ZERO).await
+}
+
+/// [`run_with`] until `shutdown` resolves, then a drain of at most `grace`
+/// (new requests 503, those in flight finish, then close 1001); returns the
+/// process exit status: 0 after a drain, 1 when the relay refused the
+/// worker for good.
+pub async fn run_until<S>(
+    opts: WorkerOptions,
+    service: S,
+    shutdown: impl std::future::Future<Output = ()>,
+    grace: Duration,
+) -> i32
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+{
+    let end = Tunnel::new(opts.connect_url, opts.connect_token)
         .dialer(opts.dialer)
-        .run(guarded::<TunnelBody, _>(opts.worker_token, service))
+        .run_until(
+            guarded::<TunnelBody, _>(opts.worker_token, service),
+            shutdown,
+            grace,
+        )
         .instrument(tracing::info_span!("worker", name = %opts.name))
         .await;
-    tracing::error!("exiting with status 1");
-    1
+    match end {
+        TunnelEnd::Stopped => {
+            tracing::info!("drained; exiting");
+            0
+        }
+        // The tunnel logged the refusal.
+        _ => {
+            tracing::error!("exiting with status 1");
+            1
+        }
+    }
 }
 
 /// Serves the app on `listener` directly, without a relay (the baseline
@@ -97,7 +126,7 @@ where
 
 /// The routes of the examples' contract. HEAD is served as GET without a
 /// body; another method on a known path is 404, as an unknown path is.
-fn app() -> Router {
+pub fn app() -> Router {
     Router::new()
         .route("/health", any(not_found).get(health))
         .route("/echo", any(not_found).post(echo))

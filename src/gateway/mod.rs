@@ -407,7 +407,10 @@ impl Gateway {
                 let Some(handle) = self.inner.registry.handle(worker.as_str()) else {
                     continue;
                 };
-                if handle.stats().streams_open == 0 || now >= deadline {
+                // Closing drops what is in the overflow store: wait for
+                // slow callers to have taken their responses out of it.
+                let stats = handle.stats();
+                if (stats.streams_open == 0 && stats.overflow_bytes == 0) || now >= deadline {
                     tracing::info!("worker {worker}: closing its connection ({})", code.0);
                     handle.close(code, "the relay is shutting down");
                 }

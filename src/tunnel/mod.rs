@@ -29,10 +29,10 @@ mod body;
 mod run;
 
 pub use body::{TunnelBody, PEEK_WAIT};
-pub use run::{Jitter, Tunnel};
+pub use run::{Jitter, Tunnel, TunnelEnd};
 
 use crate::connect::http::{request_builder, response_head_from_parts};
-use crate::frame::Message;
+use crate::frame::{CloseCode, Message};
 use crate::gateway::BoxError;
 use crate::proto::WorkerConfig;
 use crate::rt::pump::{self, Pump, PumpEnd};
@@ -43,6 +43,7 @@ use http::{Request, Response};
 use http_body::Body;
 use std::future::poll_fn;
 use std::pin::pin;
+use std::time::Duration;
 use tokio::task::JoinSet;
 
 /// Serves one connection with `service` until it ends, each request on its
@@ -62,21 +63,105 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    let never = pin!(std::future::pending());
+    serve_until(socket, config, service, never, Duration::ZERO)
+        .await
+        .0
+}
+
+/// [`serve`] until `shutdown` resolves, then a drain: each new request is
+/// answered 503 with `Retry-After: 1` without reaching the service, the
+/// requests in flight finish (at most `grace`), and the connection is then
+/// closed with 1001 (going away). Returns how the connection ended and
+/// whether `shutdown` had fired.
+pub async fn serve_until<S, E, Svc, B, F>(
+    socket: S,
+    config: WorkerConfig,
+    service: Svc,
+    mut shutdown: std::pin::Pin<&mut F>,
+    grace: Duration,
+) -> (Result<rt::Closed, DriverError<E>>, bool)
+where
+    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
+    Svc: tower::Service<Request<TunnelBody>, Response = Response<B>> + Clone + Send + 'static,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+    F: std::future::Future<Output = ()>,
+{
     let (mut incoming, driver) = rt::worker(socket, TokioTimer, config);
     let mut driver = pin!(driver);
     let mut tasks = JoinSet::new();
+    let mut refusals = JoinSet::new();
     let mut accepting = true;
+    let mut draining: Option<tokio::time::Instant> = None;
+    let mut closed = false;
+    // Closing drops what the connection has not sent yet: once the app's
+    // tasks are done, wait until their streams' ends have gone out too (at
+    // most a second: answers to new requests keep coming meanwhile).
+    let mut flushing: Option<tokio::time::Instant> = None;
     loop {
+        if draining.is_some() && !closed && tasks.is_empty() {
+            let since = *flushing.get_or_insert_with(tokio::time::Instant::now);
+            if incoming.stats().streams_open == 0 || since.elapsed() >= Duration::from_secs(1) {
+                tracing::info!("drained: closing the connection (1001)");
+                incoming.close(CloseCode::GOING_AWAY, "the worker is shutting down");
+                closed = true;
+            }
+        }
+        let grace_end = draining.filter(|_| !closed);
+        let flush_tick = flushing.filter(|_| !closed);
         tokio::select! {
-            result = &mut driver => return result,
+            result = &mut driver => return (result, draining.is_some()),
             req = poll_fn(|cx| std::pin::Pin::new(&mut incoming).poll_next(cx)), if accepting => match req {
+                Some(req) if draining.is_some() => {
+                    refusals.spawn(refuse(req));
+                }
                 Some(req) => {
                     tasks.spawn(handle(req, service.clone()));
                 }
                 None => accepting = false,
             },
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            Some(_) = refusals.join_next(), if !refusals.is_empty() => {}
+            () = shutdown.as_mut(), if draining.is_none() => {
+                tracing::info!(
+                    "shutting down: new requests answered 503; {} in flight may take {} s",
+                    tasks.len(),
+                    grace.as_secs()
+                );
+                draining = Some(tokio::time::Instant::now() + grace);
+            }
+            () = tokio::time::sleep(Duration::from_millis(10)), if flush_tick.is_some() => {}
+            () = tokio::time::sleep_until(grace_end.unwrap_or_else(tokio::time::Instant::now)), if grace_end.is_some() => {
+                tracing::warn!("grace period over: {} requests cut; closing (1001)", tasks.len());
+                incoming.close(CloseCode::GOING_AWAY, "the worker is shutting down");
+                closed = true;
+            }
         }
+    }
+}
+
+/// Answers a request that arrives while the worker drains: 503, `Retry-After: 1`.
+async fn refuse(req: rt::Request) {
+    let resp = Response::builder()
+        .status(http::StatusCode::SERVICE_UNAVAILABLE)
+        .header(http::header::RETRY_AFTER, "1")
+        .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(crate::gateway::GatewayBody::full(
+            "the worker is shutting down\n",
+        ));
+    let Ok(resp) = resp else {
+        return req.responder.fail();
+    };
+    let (parts, body) = resp.into_parts();
+    let Ok(head) = response_head_from_parts(&parts) else {
+        return req.responder.fail();
+    };
+    if let Ok(sink) = req.responder.respond(head) {
+        stream_body(body, sink).await;
     }
 }
 

@@ -1,6 +1,6 @@
 //! The worker's whole life: dial, serve, reconnect.
 
-use super::{serve, TunnelBody};
+use super::TunnelBody;
 use crate::connect::{Backoff, BackoffConfig, Refused, Token, Verdict, WorkerHandshake};
 use crate::gateway::BoxError;
 use crate::proto::WorkerConfig;
@@ -76,7 +76,7 @@ impl Tunnel {
     /// Serves `service` through the relay, reconnecting as needed. Returns
     /// only when the relay refuses the worker for good (the spec's "exit
     /// with status 1"). Needs a tokio runtime.
-    pub async fn run<Svc, B>(mut self, service: Svc) -> Refused
+    pub async fn run<Svc, B>(self, service: Svc) -> Refused
     where
         Svc: tower::Service<Request<TunnelBody>, Response = Response<B>> + Clone + Send + 'static,
         Svc::Future: Send + 'static,
@@ -85,14 +85,57 @@ impl Tunnel {
         B::Data: Send,
         B::Error: Into<BoxError>,
     {
+        match self
+            .run_until(service, std::future::pending(), Duration::ZERO)
+            .await
+        {
+            TunnelEnd::Refused(why) => why,
+            TunnelEnd::Stopped => unreachable!("a pending shutdown never comes"),
+        }
+    }
+
+    /// [`Tunnel::run`] until `shutdown` resolves, then a drain (see
+    /// [`serve_until`](super::serve_until)): new requests answered 503 with
+    /// `Retry-After: 1`, those in flight finish within `grace`, the
+    /// connection closed with 1001; no reconnect after it.
+    pub async fn run_until<Svc, B, F>(
+        mut self,
+        service: Svc,
+        shutdown: F,
+        grace: Duration,
+    ) -> TunnelEnd
+    where
+        Svc: tower::Service<Request<TunnelBody>, Response = Response<B>> + Clone + Send + 'static,
+        Svc::Future: Send + 'static,
+        Svc::Error: Into<BoxError>,
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+        F: std::future::Future<Output = ()>,
+    {
+        let mut shutdown = std::pin::pin!(shutdown);
         let mut backoff = Backoff::new(self.backoff);
         loop {
-            let verdict = match self.dialer.dial(&self.url, &self.handshake).await {
+            let dialled = tokio::select! {
+                d = self.dialer.dial(&self.url, &self.handshake) => d,
+                () = shutdown.as_mut() => return TunnelEnd::Stopped,
+            };
+            let verdict = match dialled {
                 Ok(socket) => {
                     tracing::info!("connected to {}", self.url);
                     backoff.reset();
-                    let result = serve(socket, self.config.clone(), service.clone()).await;
+                    let (result, stopped) = super::serve_until(
+                        socket,
+                        self.config.clone(),
+                        service.clone(),
+                        shutdown.as_mut(),
+                        grace,
+                    )
+                    .await;
                     log_end(&result);
+                    if stopped {
+                        return TunnelEnd::Stopped;
+                    }
                     Verdict::closed()
                 }
                 Err(e) => {
@@ -102,25 +145,39 @@ impl Tunnel {
                     e.into_verdict()
                 }
             };
-            match verdict {
+            let wait = match verdict {
                 Verdict::Refused(why) => {
                     tracing::error!("the relay refused the worker: {why}; giving up");
-                    return why;
+                    return TunnelEnd::Refused(why);
                 }
                 Verdict::Retry(reason) => {
                     let wait = backoff.next_wait((self.jitter)());
                     tracing::info!("{reason}; reconnecting in {:.1} s", wait.as_secs_f64());
-                    tokio::time::sleep(wait).await;
+                    wait
                 }
                 other => {
                     // A verdict this version does not know: retry.
                     let wait = backoff.next_wait((self.jitter)());
                     tracing::info!("{other:?}; reconnecting in {:.1} s", wait.as_secs_f64());
-                    tokio::time::sleep(wait).await;
+                    wait
                 }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = shutdown.as_mut() => return TunnelEnd::Stopped,
             }
         }
     }
+}
+
+/// How [`Tunnel::run_until`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TunnelEnd {
+    /// The relay refused the worker for good.
+    Refused(Refused),
+    /// The shutdown came, and the connection was drained.
+    Stopped,
 }
 
 impl std::fmt::Debug for Tunnel {
