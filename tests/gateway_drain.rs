@@ -157,3 +157,64 @@ async fn the_grace_period_bounds_a_request_that_would_not_finish() {
         .unwrap();
     assert!(!matches!(r, Ok((200, _))), "{r:?}");
 }
+
+/// A slow caller whose response waits in the overflow store when the drain
+/// begins still gets all of it (closing a connection drops what its store
+/// holds): the worker's connection is closed only once the stream is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_waits_for_a_slow_callers_overflowed_response() {
+    const N: usize = 16 << 20;
+    let gateway = Gateway::new(TokenTable::parse(&format!("abc {TOKEN}")).unwrap());
+    let app = tower::service_fn(|_req: Request<TunnelBody>| async move {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(vec![7u8; N]))))
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(worker_relay::server::serve(
+        listener,
+        gateway.service(),
+        ServerConfig::default(),
+    ));
+    let tunnel = Tunnel::new(format!("ws://{addr}/connect"), Token::new(TOKEN).ok());
+    tokio::spawn(tunnel.run(app));
+    let end = Instant::now() + Duration::from_secs(10);
+    while !gateway.is_connected("abc") {
+        assert!(Instant::now() < end, "the worker did not connect");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let req = Request::get("/w/abc/")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = gateway.forward().call(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    // Read nothing until the whole response is in the relay, most of it in
+    // the overflow store.
+    let end = Instant::now() + Duration::from_secs(10);
+    while gateway.stats("abc").map_or(0, |s| s.overflow_bytes) < (N as u64) / 2 {
+        assert!(Instant::now() < end, "nothing overflowed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let draining = tokio::spawn({
+        let gateway = gateway.clone();
+        async move {
+            gateway
+                .drain(Duration::from_secs(20), CloseCode::SERVICE_RESTART)
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut n = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.expect("the response failed");
+        if let Ok(d) = frame.into_data() {
+            n += d.len();
+        }
+    }
+    assert_eq!(n, N);
+    tokio::time::timeout(Duration::from_secs(10), draining)
+        .await
+        .expect("drained")
+        .unwrap();
+    assert!(!gateway.is_connected("abc"));
+}
