@@ -297,7 +297,8 @@ pub(crate) fn shown_anyway(token: &str) -> bool {
         the strata-worker-connect.v1 subprotocol SubprotocolNotOffered MissingToken \
         MalformedAuthorization UnknownToken the worker presented a token longer than 1024 bytes \
         TokenTooLong the token given for worker is shorter than 16 bytes is longer than \
-        another worker already has the token given for worker TooShort TooLong DuplicateToken";
+        another worker already has the token given for worker TooShort TooLong DuplicateToken \
+        WorkerId worker min max";
     FIXED.contains(token)
 }
 
