@@ -37,6 +37,8 @@
 mod logging;
 #[path = "common/runtime.rs"]
 mod runtime;
+#[path = "common/shutdown.rs"]
+mod shutdown;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -138,7 +140,7 @@ async fn run(
     let mut serving = std::pin::pin!(serving);
     tokio::select! {
         () = &mut serving => return ExitCode::SUCCESS,
-        why = terminated() => tracing::info!(
+        why = shutdown::terminated() => tracing::info!(
             "{why}: draining (no new connections; requests in flight finish, at most {} s; \
              then each worker is closed with 1012)",
             grace.as_secs()
@@ -158,24 +160,6 @@ async fn run(
     }
     tracing::info!("drained; exiting");
     ExitCode::SUCCESS
-}
-
-/// `SIGTERM` or `SIGINT` (Ctrl-C), whichever comes first.
-async fn terminated() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let sigterm = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        () = sigterm => "SIGTERM",
-        _ = tokio::signal::ctrl_c() => "interrupted",
-    }
 }
 
 /// On every `SIGHUP`: re-reads the tokens file and, with TLS, the

@@ -36,6 +36,8 @@ mod logging;
 mod runtime;
 #[path = "common/secrets.rs"]
 mod secrets;
+#[path = "common/shutdown.rs"]
+mod shutdown;
 #[path = "common/tunnel_upstream.rs"]
 mod tunnel_upstream;
 #[path = "common/worker_app.rs"]
@@ -147,9 +149,9 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match upstream {
             Some(upstream) => {
-                worker_app::run_until(opts, upstream.service(), terminated(), GRACE).await
+                worker_app::run_until(opts, upstream.service(), signalled(), GRACE).await
             }
-            None => worker_app::run_until(opts, worker_app::app(), terminated(), GRACE).await,
+            None => worker_app::run_until(opts, worker_app::app(), signalled(), GRACE).await,
         }
     });
     ExitCode::from(code as u8)
@@ -158,22 +160,10 @@ fn main() -> ExitCode {
 /// How long the requests in flight may take after `SIGTERM`.
 const GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// `SIGTERM` or `SIGINT` (Ctrl-C), whichever comes first.
-async fn terminated() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let sigterm = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        () = sigterm => tracing::info!("SIGTERM"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
-    }
+/// The shutdown signal, logged.
+async fn signalled() {
+    let why = shutdown::terminated().await;
+    tracing::info!("{why}: draining");
 }
 
 /// `--listen`: the app on `addr`, no relay, until the process is killed.
