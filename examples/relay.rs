@@ -27,6 +27,13 @@
 //! restart) as soon as its own streams are done, so it reconnects at once
 //! (to the next relay, or to this one restarted).
 //!
+//! `--reuse-port` listens with `SO_REUSEPORT`, so a new relay process can
+//! take the same port while the old one drains (an in-place restart: the
+//! port is never down). `--reconnect-wait SECS` (default 0) lets a request
+//! for a known worker that is not connected wait that long for it to
+//! connect before the 503, so requests arriving during a restart wait for
+//! the worker's reconnect instead of failing.
+//!
 //! `SIGHUP` also re-reads the tokens file, atomically: new handshakes and
 //! callers see the new table at once, a connected worker whose token was
 //! removed or changed is closed (1008), every other connection is left
@@ -49,15 +56,21 @@ use worker_relay::server::{serve_with_shutdown, ServerConfig, ServerTls};
 
 const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
                      [--tls-cert FILE --tls-key FILE] \
-                     [--max-connections N] [--header-timeout SECS] [--grace SECS] [--threads N]";
+                     [--max-connections N] [--header-timeout SECS] [--grace SECS] \
+                     [--reconnect-wait SECS] [--reuse-port] [--threads N]";
 
 fn main() -> ExitCode {
     logging::init("relay");
     let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
     let (mut threads, mut cert, mut key) = (None, None, None);
     let mut grace = Duration::from_secs(30);
+    let (mut reconnect_wait, mut reuse_port) = (Duration::ZERO, false);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
+        if a == "--reuse-port" {
+            reuse_port = true;
+            continue;
+        }
         let number = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok());
         match (a.as_str(), args.next()) {
             ("--listen", v) => listen = v,
@@ -69,6 +82,9 @@ fn main() -> ExitCode {
             }
             ("--header-timeout", v) if number(v.clone()).is_some() => {
                 server = server.header_read_timeout(Duration::from_secs(number(v).unwrap_or(1)))
+            }
+            ("--reconnect-wait", v) if number(v.clone()).is_some() => {
+                reconnect_wait = Duration::from_secs(number(v).unwrap_or(0))
             }
             ("--grace", v) if number(v.clone()).is_some() => {
                 grace = Duration::from_secs(number(v).unwrap_or(30))
@@ -94,7 +110,14 @@ fn main() -> ExitCode {
         server = server.tls(tls.clone());
     }
     match runtime::build(threads) {
-        Ok(rt) => rt.block_on(run(listen, tokens, server, tls, grace)),
+        Ok(rt) => {
+            let opts = Options {
+                grace,
+                reconnect_wait,
+                reuse_port,
+            };
+            rt.block_on(run(listen, tokens, server, tls, opts))
+        }
         Err(e) => fail(1, format!("cannot start the runtime: {e}")),
     }
 }
@@ -104,14 +127,19 @@ async fn run(
     tokens: String,
     server: ServerConfig,
     tls: Option<ServerTls>,
-    grace: Duration,
+    opts: Options,
 ) -> ExitCode {
+    let Options {
+        grace,
+        reconnect_wait,
+        reuse_port,
+    } = opts;
     let table = match std::fs::read_to_string(&tokens).map(|t| TokenTable::parse(&t)) {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => return fail(2, format!("{tokens}: {e}")),
         Err(e) => return fail(2, format!("cannot read {tokens}: {e}")),
     };
-    let listener = match tokio::net::TcpListener::bind(&listen).await {
+    let listener = match bind(&listen, reuse_port).await {
         Ok(l) => l,
         Err(e) => return fail(1, format!("cannot listen on {listen}: {e}")),
     };
@@ -131,7 +159,9 @@ async fn run(
     // Slow callers' responses wait in unlinked temporary files in $TMPDIR,
     // within 8 GiB for all the workers (the gateway's default store,
     // `rt::TempFileOverflow`).
-    let gateway = Gateway::new(table);
+    let gateway = Gateway::builder(table)
+        .reconnect_wait(reconnect_wait)
+        .build();
     tokio::spawn(reload_on_sighup(gateway.clone(), tokens, tls));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = serve_with_shutdown(listener, gateway.service(), server, async {
@@ -191,6 +221,34 @@ async fn reload_on_sighup(gateway: Gateway, tokens: String, tls: Option<ServerTl
             }
         }
     }
+}
+
+/// The options of a relay's life: its drain and restarts.
+struct Options {
+    grace: Duration,
+    reconnect_wait: Duration,
+    reuse_port: bool,
+}
+
+/// Listens on `addr`; with `reuse_port`, with `SO_REUSEPORT` set, so that
+/// a new relay can listen on the same port while this one drains.
+async fn bind(addr: &str, reuse_port: bool) -> std::io::Result<tokio::net::TcpListener> {
+    if !reuse_port {
+        return tokio::net::TcpListener::bind(addr).await;
+    }
+    let addr = tokio::net::lookup_host(addr)
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other("no address"))?;
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 fn usage() -> ExitCode {

@@ -218,3 +218,65 @@ async fn a_drain_waits_for_a_slow_callers_overflowed_response() {
         .unwrap();
     assert!(!gateway.is_connected("abc"));
 }
+
+/// `reconnect_wait`: a request for a known worker that is not connected
+/// waits for it to connect (and is served), or is answered 503 at the end
+/// of the wait; zero answers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waits_for_its_worker_to_reconnect() {
+    let gateway = Gateway::builder(TokenTable::parse(&format!("abc {TOKEN}")).unwrap())
+        .reconnect_wait(Duration::from_secs(2))
+        .build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(worker_relay::server::serve(
+        listener,
+        gateway.service(),
+        ServerConfig::default(),
+    ));
+    // Nobody connects: 503 after the wait.
+    let started = Instant::now();
+    let req = Request::get("/w/abc/")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let resp = gateway.forward().call(req).await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert!(
+        started.elapsed() >= Duration::from_millis(1900),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // The worker connects 300 ms into the wait: served.
+    let waiting = tokio::spawn({
+        let gateway = gateway.clone();
+        async move {
+            let req = Request::get("/w/abc/")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let resp = gateway.forward().call(req).await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.into_body().collect().await.unwrap().to_bytes())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let app = tower::service_fn(|_req: Request<TunnelBody>| async move {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("done"))))
+    });
+    let tunnel = Tunnel::new(format!("ws://{addr}/connect"), Token::new(TOKEN).ok());
+    tokio::spawn(tunnel.run(app));
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("served within 5 s")
+        .unwrap();
+    assert_eq!((status, &body[..]), (200, &b"done"[..]));
+
+    // Without a wait: 503 at once.
+    let quick = Gateway::new(TokenTable::parse(&format!("abc {TOKEN}")).unwrap());
+    let started = Instant::now();
+    let req = Request::get("/w/abc/")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(quick.forward().call(req).await.unwrap().status(), 503);
+    assert!(started.elapsed() < Duration::from_millis(500));
+}

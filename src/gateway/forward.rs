@@ -47,7 +47,7 @@ where
     if !inner.tokens().contains(worker.as_str()) {
         return answer(StatusCode::NOT_FOUND, "unknown worker");
     }
-    let Some(handle) = inner.registry.handle(worker.as_str()) else {
+    let Some(handle) = connected(&inner, worker.as_str()).await else {
         return retry_soon(answer(
             StatusCode::SERVICE_UNAVAILABLE,
             "worker not connected",
@@ -119,6 +119,36 @@ where
             StatusCode::BAD_GATEWAY,
             &format!("bad response from worker: {e}"),
         ),
+    }
+}
+
+/// `worker`'s connection; if it has none, the first one it makes within
+/// the reconnect wait (none while the gateway drains).
+async fn connected(inner: &Inner, worker: &str) -> Option<crate::rt::RelayHandle> {
+    if let Some(handle) = inner.registry.handle(worker) {
+        return Some(handle);
+    }
+    let wait = inner.reconnect_wait;
+    if wait.is_zero() {
+        return None;
+    }
+    // Subscribed before looking again: a connection made in between is
+    // either seen now or announced.
+    let mut news = inner.registry.subscribe();
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        if inner.draining.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
+        if let Some(handle) = inner.registry.handle(worker) {
+            return Some(handle);
+        }
+        match tokio::time::timeout_at(deadline, news.recv()).await {
+            Err(_) => return None,
+            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return None,
+            // News of it or of others, or missed news: look again.
+            Ok(_) => {}
+        }
     }
 }
 

@@ -115,6 +115,7 @@ struct Inner {
     send_timeout: Duration,
     response_head_timeout: Option<Duration>,
     lingering_time: Duration,
+    reconnect_wait: Duration,
     registry: Registry,
     /// Set by [`Gateway::drain`]: no new worker, no new request.
     draining: std::sync::atomic::AtomicBool,
@@ -133,6 +134,7 @@ pub struct GatewayBuilder {
     send_timeout: Duration,
     response_head_timeout: Option<Duration>,
     lingering_time: Duration,
+    reconnect_wait: Duration,
     duplicates: DuplicatePolicy,
     presence_capacity: usize,
     flap: Option<(usize, Duration)>,
@@ -222,6 +224,16 @@ impl GatewayBuilder {
         self
     }
 
+    /// How long a request for a known worker that is not connected waits
+    /// for it to connect before it is answered 503 (`Retry-After: 1`):
+    /// across a relay's or a worker's restart, requests wait for the
+    /// worker's reconnect instead of failing. Default zero, 503 at once; the
+    /// relay example takes `--reconnect-wait SECS`.
+    pub fn reconnect_wait(mut self, wait: Duration) -> Self {
+        self.reconnect_wait = wait;
+        self
+    }
+
     /// Flap damping: once a worker's open connection has been replaced
     /// `replacements` times within `window` (two processes given one
     /// token), its new handshakes are answered 429 with `Retry-After` until
@@ -253,6 +265,7 @@ impl GatewayBuilder {
                 send_timeout: self.send_timeout,
                 response_head_timeout: self.response_head_timeout,
                 lingering_time: self.lingering_time,
+                reconnect_wait: self.reconnect_wait,
                 draining: Default::default(),
                 alive: Arc::new(()),
                 registry: Registry::new(self.duplicates, self.presence_capacity, self.flap),
@@ -286,6 +299,7 @@ impl Gateway {
             send_timeout: Duration::from_secs(60),
             response_head_timeout: None,
             lingering_time: Duration::from_secs(30),
+            reconnect_wait: Duration::ZERO,
             duplicates: DuplicatePolicy::default(),
             presence_capacity: 256,
             flap: Some((FLAP_REPLACEMENTS, FLAP_WINDOW)),

@@ -216,32 +216,78 @@ pub async fn serve_with_shutdown<S, B, F>(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        let service = service.clone();
-        let config = config.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let io = TimedIo::new(stream, config.send_timeout);
-            #[cfg(feature = "rustls")]
-            if let Some(tls) = &config.tls {
-                let acceptor = tokio_rustls::TlsAcceptor::from(tls.rustls_config());
-                match tokio::time::timeout(config.header_read_timeout, acceptor.accept(io)).await {
-                    Ok(Ok(io)) => serve_connection(io, peer, service, &config, stop).await,
-                    Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
-                    Err(_) => tracing::debug!("TLS handshake with {peer} timed out"),
-                }
-                drop(permit);
-                return;
-            }
-            serve_connection(io, peer, service, &config, stop).await;
-            drop(permit);
-        });
+        spawn_connection(stream, peer, &service, &config, stop.clone(), permit, false);
+    }
+    // Connections the kernel completed for this listener but nobody has
+    // taken yet would be reset when it closes: take them, and serve each
+    // one request (it need not wait: the shutdown is for what comes later).
+    loop {
+        let Some(Ok((stream, peer))) = now_or_never(listener.accept()) else {
+            break;
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            break;
+        };
+        let (_never, unstopped) = tokio::sync::watch::channel(false);
+        spawn_connection(stream, peer, &service, &config, unstopped, permit, true);
     }
     drop(listener);
     let _ = stop_tx.send(true);
     tracing::info!("stopped accepting; waiting for the open HTTP connections to finish");
     // Every connection holds a slot until it is done.
     let _ = slots.acquire_many(max as u32).await;
+}
+
+/// The result of `fut` if it is ready at its first poll.
+fn now_or_never<F: std::future::Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let waker = std::task::Waker::noop();
+    match fut
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(waker))
+    {
+        std::task::Poll::Ready(out) => Some(out),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// Serves an accepted connection on a task of its own, holding `permit`;
+/// `one_request`: HTTP/1.1 without keep-alive.
+fn spawn_connection<S, B>(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    service: &S,
+    config: &ServerConfig,
+    stop: tokio::sync::watch::Receiver<bool>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    one_request: bool,
+) where
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let _ = stream.set_nodelay(true);
+    let service = service.clone();
+    let config = config.clone();
+    tokio::spawn(async move {
+        let io = TimedIo::new(stream, config.send_timeout);
+        #[cfg(feature = "rustls")]
+        if let Some(tls) = &config.tls {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.rustls_config());
+            match tokio::time::timeout(config.header_read_timeout, acceptor.accept(io)).await {
+                Ok(Ok(io)) => serve_connection(io, peer, service, &config, stop, one_request).await,
+                Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
+                Err(_) => tracing::debug!("TLS handshake with {peer} timed out"),
+            }
+            drop(permit);
+            return;
+        }
+        serve_connection(io, peer, service, &config, stop, one_request).await;
+        drop(permit);
+    });
 }
 
 /// Serves one connection, HTTP/1.1 (with upgrades) or HTTP/2 as its
@@ -252,6 +298,7 @@ async fn serve_connection<I, S, B>(
     service: S,
     config: &ServerConfig,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    one_request: bool,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
@@ -279,6 +326,7 @@ async fn serve_connection<I, S, B>(
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(config.header_read_timeout)
+                .keep_alive(!one_request)
                 .serve_connection(io, service)
                 .with_upgrades();
             let mut conn = std::pin::pin!(conn);
