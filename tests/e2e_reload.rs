@@ -65,7 +65,7 @@ fn sighup_reloads_the_tokens_and_closes_a_revoked_worker() {
         relay.log()
     );
     assert!(
-        relay.log().contains("worker abc disconnected"),
+        relay.wait_log("worker abc disconnected", Duration::from_secs(5)),
         "{}",
         relay.log()
     );
