@@ -81,7 +81,9 @@ pub fn handshake_and_url(data: &[u8]) {
                 // spells part of it, "erId(" in `WorkerId(`.)
                 let shown = format!("{e} {e:?}");
                 assert_eq!(Err(e), expected, "insert refused");
-                let Err(built) = &expected else { unreachable!() };
+                let Err(built) = &expected else {
+                    unreachable!()
+                };
                 assert_eq!(shown, format!("{built} {built:?}"));
             }
         }
