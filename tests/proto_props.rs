@@ -1071,7 +1071,9 @@ impl Run {
                         assert!(response_started);
                         assert!(matches!(self.c.streams[i].worker, WPlan::FailAfter { .. }));
                     }
-                    RelayEnd::ConnectionLost => assert!(self.p.relay.is_closed()),
+                    RelayEnd::ConnectionLost | RelayEnd::Unsent => {
+                        assert!(self.p.relay.is_closed())
+                    }
                     other => panic!("stream {i}: relay ended with {other:?}"),
                 }
                 if let Some(id) = self.rs[i].id {
@@ -1392,6 +1394,11 @@ impl Run {
                     }
                 }
                 RelayEnd::ConnectionLost => assert!(self.lost, "{ctx}"),
+                // The worker never saw a request whose head had not gone out.
+                RelayEnd::Unsent => {
+                    assert!(self.lost, "{ctx}");
+                    assert!(r.worker_req.is_none(), "{ctx}");
+                }
                 _ => {}
             }
         }

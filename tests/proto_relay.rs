@@ -524,3 +524,42 @@ fn letting_go_of_a_response_complete_by_its_content_length_is_not_an_abort() {
         [Decoded::Control(ControlFrame::Abort { id: i })]
     );
 }
+
+#[test]
+fn a_stream_whose_head_never_went_out_ends_unsent_when_the_connection_goes() {
+    let mut p = Pair::default_pair();
+    let sent = p.relay.open_stream(get("/sent")).unwrap();
+    p.relay.finish(sent).unwrap();
+    p.progress();
+    assert_eq!(p.worker_requests().len(), 1);
+    // Opened but not transmitted yet: the worker never saw it.
+    let queued = p.relay.open_stream(get("/queued")).unwrap();
+    p.relay.finish(queued).unwrap();
+    p.take_relay_events();
+    p.relay
+        .close(worker_relay::frame::CloseCode::GOING_AWAY, "bye");
+    let mut evs = Vec::new();
+    while let Some(e) = p.relay.poll_event() {
+        evs.push(e);
+    }
+    assert!(
+        evs.contains(&RelayEvent::Ended {
+            key: sent,
+            reason: RelayEnd::ConnectionLost,
+            response_started: false
+        }),
+        "{evs:?}"
+    );
+    assert!(
+        evs.contains(&RelayEvent::Ended {
+            key: queued,
+            reason: RelayEnd::Unsent,
+            response_started: false
+        }),
+        "{evs:?}"
+    );
+    assert!(RelayEnd::Unsent.is_failure());
+    // Nothing of it goes out after the close.
+    p.progress();
+    assert_eq!(p.worker_requests().len(), 1);
+}

@@ -77,6 +77,8 @@ impl BackoffConfig {
 /// assert_eq!(backoff.next_wait(0.5), Duration::from_millis(1500)); // delay 2 s
 /// backoff.reset(); // the handshake succeeded
 /// assert_eq!(backoff.current_delay(), Duration::from_secs(1));
+/// backoff.to_max(); // replaced by another process
+/// assert_eq!(backoff.current_delay(), Duration::from_secs(60));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backoff {
@@ -131,6 +133,14 @@ impl Backoff {
     /// 53 bits make a uniform number in `[0, 1)`).
     pub fn next_wait_u64(&mut self, random: u64) -> Duration {
         self.next_wait(unit_f64(random))
+    }
+
+    /// The next wait is drawn from the largest delay: the relay said that
+    /// another process holds this worker's token now (a redeploy's new
+    /// process took over), and dialling back at once would take the worker
+    /// from it.
+    pub fn to_max(&mut self) {
+        self.delay = self.config.max;
     }
 
     /// The handshake succeeded: the delay goes back to its initial value.

@@ -4,7 +4,9 @@ use super::upload::{Deadlines, Upload, UploadEnd};
 use super::{answer, BoxError, GatewayBody, Inner};
 use crate::connect::http::{request_head_from_parts, response_builder, HttpError};
 use crate::connect::UrlError;
-use crate::rt::RelayError;
+use crate::connect::WorkerId;
+use crate::proto::OpenError;
+use crate::rt::{RelayError, RequestSink, ResponseFuture};
 use futures_sink::Sink;
 use http::{Request, Response, StatusCode};
 use http_body::Body;
@@ -47,32 +49,92 @@ where
     if !inner.tokens().contains(worker.as_str()) {
         return answer(StatusCode::NOT_FOUND, "unknown worker");
     }
-    let Some(handle) = connected(&inner, worker.as_str()).await else {
-        return retry_soon(answer(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "worker not connected",
-        ));
+    // A request without a body can be sent again, on the worker's next
+    // connection, if its connection goes before its head went out (the
+    // worker never saw it); one with a body cannot: its pieces are gone.
+    let body_less = body.is_end_stream();
+    let mut body = Some(body);
+    let mut head = Some(head);
+    let mut tries = 0;
+    let (upload, resp) = loop {
+        tries += 1;
+        let again = tries < MAX_TRIES;
+        let Some(handle) = connected(&inner, worker.as_str()).await else {
+            return retry_soon(answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "worker not connected",
+            ));
+        };
+        let this = match (&head, body_less && again) {
+            (Some(h), true) => h.clone(),
+            _ => head.take().expect("sent again only while kept"),
+        };
+        let (sink, response) = match handle.send_request(this) {
+            Ok(x) => x,
+            // Closed between the look-up and now: its next connection.
+            Err(RelayError::Open(OpenError::ConnectionClosed)) if head.is_some() => continue,
+            Err(e) => return refusal(&e),
+        };
+        let (upload, resp) = match exchange(&inner, &worker, body.take(), sink, response).await {
+            Ok(x) => x,
+            Err(now) => return now,
+        };
+        if let (Err(RelayError::Unsent), Some(_)) = (&resp, &head) {
+            tracing::debug!("worker {worker}: the connection went before the request was sent; sending it again");
+            continue;
+        }
+        break (upload, resp);
     };
-    let (mut sink, mut response) = match handle.send_request(head) {
-        Ok(x) => x,
+    let resp = match resp {
+        Ok(r) => r,
         Err(e) => return refusal(&e),
     };
-    // The body goes up on its own task, owned by this request, while the
-    // answer is awaited: a worker may answer before it has read the whole
-    // body, or echo it as it reads.
+    match response_builder(&resp.head) {
+        Ok(b) => b
+            .body(GatewayBody::worker(resp.body).owning(upload))
+            .unwrap_or_else(|_| answer(StatusCode::BAD_GATEWAY, "bad response from worker")),
+        Err(e) => answer(
+            StatusCode::BAD_GATEWAY,
+            &format!("bad response from worker: {e}"),
+        ),
+    }
+}
+
+/// How many times a body-less request is sent, at most (its connection
+/// may go before its head went out, or as it is looked up).
+const MAX_TRIES: u32 = 3;
+
+/// Streams `body` (if any) up on its own task while the answer is awaited:
+/// the response, with the upload that the response body then owns; or the
+/// answer to give at once (the upload failed, no head in time).
+async fn exchange<B>(
+    inner: &Inner,
+    worker: &WorkerId,
+    body: Option<B>,
+    mut sink: RequestSink,
+    mut response: ResponseFuture,
+) -> Result<(Option<Upload>, Result<crate::rt::Response, RelayError>), Response<GatewayBody>>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    // A worker may answer before it has read the whole body, or echo it
+    // as it reads.
     let deadlines = Deadlines {
         upload: inner.upload_timeout,
         send: inner.send_timeout,
         linger: inner.lingering_time,
     };
-    let mut upload = if body.is_end_stream() {
+    let mut upload = match body.filter(|b| !b.is_end_stream()) {
         // Nothing to send: `end` at once (a failure aborts the stream, and
         // the response future says so).
-        let _ = poll_fn(|cx| Pin::new(&mut sink).poll_close(cx)).await;
-        drop(sink);
-        None
-    } else {
-        Some(Upload::spawn(body, sink, deadlines))
+        None => {
+            let _ = poll_fn(|cx| Pin::new(&mut sink).poll_close(cx)).await;
+            drop(sink);
+            None
+        }
+        Some(body) => Some(Upload::spawn(body, sink, deadlines)),
     };
     // The head timeout counts from when the worker has the whole request.
     let head_timer = |d: Duration| Box::pin(tokio::time::sleep(d));
@@ -86,40 +148,28 @@ where
             end = upload_end(&mut upload) => match end {
                 UploadEnd::Done => head_clock = inner.response_head_timeout.map(head_timer),
                 UploadEnd::Refused => {} // the response says how the stream ended
-                end => return upload_answer(end).expect("a failed upload has an answer"),
+                end => return Err(upload_answer(end).expect("a failed upload has an answer")),
             },
             r = &mut response => break r,
             () = async { head_clock.as_mut().expect("guarded").await }, if head_clock.is_some() => {
                 tracing::debug!("worker {worker}: no response head in time; aborting the stream");
-                return answer(StatusCode::GATEWAY_TIMEOUT, "the worker did not answer in time");
+                return Err(answer(StatusCode::GATEWAY_TIMEOUT, "the worker did not answer in time"));
             }
         }
     };
-    let resp = match resp {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::debug!("worker {worker}: request failed before its response: {e}");
-            // The upload dropped its sink (the caller's body failed or
-            // stalled, or the worker took none of it): its end, moments
-            // away, says what to answer.
-            if let (RelayError::RequestAborted, Some(up)) = (&e, upload.as_mut()) {
-                let end = tokio::time::timeout(Duration::from_secs(1), up.end()).await;
-                if let Some(resp) = end.ok().and_then(upload_answer) {
-                    return resp;
-                }
+    if let Err(e) = &resp {
+        tracing::debug!("worker {worker}: request failed before its response: {e}");
+        // The upload dropped its sink (the caller's body failed or
+        // stalled, or the worker took none of it): its end, moments
+        // away, says what to answer.
+        if let (RelayError::RequestAborted, Some(up)) = (e, upload.as_mut()) {
+            let end = tokio::time::timeout(Duration::from_secs(1), up.end()).await;
+            if let Some(resp) = end.ok().and_then(upload_answer) {
+                return Err(resp);
             }
-            return refusal(&e);
         }
-    };
-    match response_builder(&resp.head) {
-        Ok(b) => b
-            .body(GatewayBody::worker(resp.body).owning(upload))
-            .unwrap_or_else(|_| answer(StatusCode::BAD_GATEWAY, "bad response from worker")),
-        Err(e) => answer(
-            StatusCode::BAD_GATEWAY,
-            &format!("bad response from worker: {e}"),
-        ),
     }
+    Ok((upload, resp))
 }
 
 /// `worker`'s connection; if it has none, the first one it makes within

@@ -138,6 +138,7 @@ pub struct GatewayBuilder {
     duplicates: DuplicatePolicy,
     presence_capacity: usize,
     flap: Option<(usize, Duration)>,
+    replace_grace: Duration,
 }
 
 impl GatewayBuilder {
@@ -224,6 +225,16 @@ impl GatewayBuilder {
         self
     }
 
+    /// How long a connection replaced by a newer one of its worker
+    /// ([`DuplicatePolicy::Replace`]) may take to finish the streams it
+    /// has before it is closed, requests in flight on it failing (default
+    /// 30 s, as the relay's drain). A dead connection's streams end sooner,
+    /// when its keepalive declares it dead.
+    pub fn replace_grace(mut self, grace: Duration) -> Self {
+        self.replace_grace = grace;
+        self
+    }
+
     /// How long a request for a known worker that is not connected waits
     /// for it to connect before it is answered 503 (`Retry-After: 1`):
     /// across a relay's or a worker's restart, requests wait for the
@@ -268,7 +279,12 @@ impl GatewayBuilder {
                 reconnect_wait: self.reconnect_wait,
                 draining: Default::default(),
                 alive: Arc::new(()),
-                registry: Registry::new(self.duplicates, self.presence_capacity, self.flap),
+                registry: Registry::new(
+                    self.duplicates,
+                    self.presence_capacity,
+                    self.flap,
+                    self.replace_grace,
+                ),
             }),
         }
     }
@@ -303,6 +319,7 @@ impl Gateway {
             duplicates: DuplicatePolicy::default(),
             presence_capacity: 256,
             flap: Some((FLAP_REPLACEMENTS, FLAP_WINDOW)),
+            replace_grace: Duration::from_secs(30),
         }
     }
 
@@ -447,6 +464,13 @@ impl Gateway {
 
 /// The close reason of a connection whose token was revoked.
 pub const REVOKED: &str = "token revoked";
+
+/// The close reason of a connection replaced by a newer one of its worker
+/// ([`DuplicatePolicy::Replace`]), sent once its streams are done. A worker
+/// that gets it knows another process holds its token now (this crate's
+/// [`Tunnel`](crate::tunnel::Tunnel) then waits its longest backoff before it dials
+/// again, so that a redeploy's old process does not take the worker back).
+pub const REPLACED: &str = "replaced by a new connection";
 
 impl Inner {
     fn tokens(&self) -> Arc<TokenTable> {

@@ -31,9 +31,12 @@ pub const FLAP_WINDOW: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum DuplicatePolicy {
-    /// The new connection takes over; the old one is closed with 1008
-    /// ("replaced by a new connection") and its requests in flight fail
-    /// with 502. The default: a restarted worker is reachable at once.
+    /// The new connection takes over, as after an HTTP/2 GOAWAY: new
+    /// requests go to it, the old one finishes the streams it has (for at
+    /// most [`GatewayBuilder::replace_grace`](super::GatewayBuilder::replace_grace)) and is then closed with 1008
+    /// ([`REPLACED`](super::REPLACED)). The default: a restarted worker is
+    /// reachable at once, and a redeploy (the new process started, then the
+    /// old one stopped) loses no request.
     #[default]
     Replace,
     /// The new connection is refused with 503 and `Retry-After: 1` (so the
@@ -84,6 +87,8 @@ pub(crate) struct Registry {
     /// Flap damping: this many replacements within this window; `None`:
     /// off.
     flap: Option<(usize, Duration)>,
+    /// How long a replaced connection may take to finish its streams.
+    replace_grace: Duration,
 }
 
 /// A registered connection; dropping it (the connection started closing, or
@@ -101,8 +106,10 @@ impl Registry {
         policy: DuplicatePolicy,
         presence_capacity: usize,
         flap: Option<(usize, Duration)>,
+        replace_grace: Duration,
     ) -> Registry {
         Registry {
+            replace_grace,
             flap: flap.filter(|(n, w)| *n > 0 && !w.is_zero()),
             state: Mutex::new(State::default()),
             generation: AtomicU64::new(1),
@@ -199,9 +206,14 @@ impl Registry {
             peer,
         };
         if let Some(old) = state.conns.insert(worker.clone(), conn) {
-            tracing::info!("worker {worker} reconnected; closing its previous connection");
-            old.handle
-                .close(CloseCode::POLICY_VIOLATION, "replaced by a new connection");
+            if open {
+                tracing::info!(
+                    "worker {worker} reconnected; its previous connection finishes its streams \
+                     (at most {} s), then closes",
+                    self.replace_grace.as_secs()
+                );
+            }
+            tokio::spawn(retire(old.handle, self.replace_grace));
             if let (true, Some((_, window))) = (open, self.flap) {
                 let now = Instant::now();
                 let (times, _) = state.replaced.entry(worker.clone()).or_default();
@@ -219,6 +231,23 @@ impl Registry {
             generation,
             reason: "the connection's task ended".into(),
         })
+    }
+}
+
+/// Closes a replaced connection (1008, [`REPLACED`](super::REPLACED)) once
+/// its streams are done and slow callers have taken their responses out of
+/// the overflow store, or once `grace` has passed: no new stream is opened
+/// on it, it is no longer registered.
+async fn retire(handle: RelayHandle, grace: Duration) {
+    let deadline = tokio::time::Instant::now() + grace;
+    while !handle.is_closed() {
+        let stats = handle.stats();
+        let idle = stats.streams_open == 0 && stats.overflow_bytes == 0;
+        if idle || tokio::time::Instant::now() >= deadline {
+            handle.close(CloseCode::POLICY_VIOLATION, super::REPLACED);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -52,6 +52,8 @@ struct Control {
     msg: Message,
     key: Option<StreamKey>,
     ends: bool,
+    /// A stream's head (`request` or `response`).
+    head: bool,
 }
 
 /// Control queue + per-stream body queues, drained by [`Outbound::poll_transmit`].
@@ -94,6 +96,7 @@ impl Outbound {
             msg,
             key: None,
             ends: false,
+            head: false,
         });
     }
 
@@ -103,6 +106,7 @@ impl Outbound {
             msg,
             key: None,
             ends: false,
+            head: false,
         });
     }
 
@@ -112,6 +116,18 @@ impl Outbound {
             msg: frame.to_message(),
             key: Some(key),
             ends: false,
+            head: true,
+        });
+    }
+
+    /// Queues stream `key`'s head message (a relay's `request`), which an
+    /// abort drops and [`Outbound::head_queued`] looks for.
+    pub fn push_head(&mut self, key: StreamKey, msg: Message) {
+        self.control.push_back(Control {
+            msg,
+            key: Some(key),
+            ends: false,
+            head: true,
         });
     }
 
@@ -122,6 +138,7 @@ impl Outbound {
             msg,
             key: Some(key),
             ends: false,
+            head: false,
         });
     }
 
@@ -131,6 +148,7 @@ impl Outbound {
             msg: frame.to_message(),
             key: Some(key),
             ends: true,
+            head: false,
         });
     }
 
@@ -229,6 +247,12 @@ impl Outbound {
         {
             self.push_end(key, ControlFrame::Abort { id });
         }
+    }
+
+    /// Whether stream `key`'s head is still queued: the peer has not seen
+    /// the stream.
+    pub fn head_queued(&self, key: StreamKey) -> bool {
+        self.control.iter().any(|c| c.head && c.key == Some(key))
     }
 
     /// Whether a message waits to be transmitted.

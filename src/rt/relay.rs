@@ -39,6 +39,11 @@ pub enum RelayError {
     /// failed, as a malformed chunked body does). Answer 400.
     #[error("the request body was abandoned before its end")]
     RequestAborted,
+    /// The connection to the worker went before the request's head was
+    /// sent: the worker never saw it (answer 503, or send it again on the
+    /// worker's next connection if its body can be had again).
+    #[error("the worker connection closed before the request was sent")]
+    Unsent,
     /// The request could not be opened; [`OpenError::status`] says what
     /// to answer (503, 405, 431, 414, 400, …).
     #[error(transparent)]
@@ -47,12 +52,14 @@ pub enum RelayError {
 
 impl RelayError {
     /// The HTTP status to answer the caller with: 502 when the worker is
-    /// gone, aborted or broke the protocol, 400 for an abandoned request
+    /// gone, aborted or broke the protocol, 503 when it never saw the
+    /// request, 400 for an abandoned request
     /// body, and [`OpenError::status`] for a request that was refused.
     pub fn status(&self) -> u16 {
         match self {
             RelayError::WorkerGone | RelayError::WorkerAborted | RelayError::ProtocolError => 502,
             RelayError::RequestAborted => 400,
+            RelayError::Unsent => 503,
             RelayError::Open(e) => e.status(),
         }
     }
@@ -63,6 +70,7 @@ impl From<RelayEnd> for RelayError {
         match e {
             RelayEnd::WorkerAborted => RelayError::WorkerAborted,
             RelayEnd::ProtocolError => RelayError::ProtocolError,
+            RelayEnd::Unsent => RelayError::Unsent,
             _ => RelayError::WorkerGone,
         }
     }

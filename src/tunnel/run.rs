@@ -136,6 +136,13 @@ impl Tunnel {
                     if stopped {
                         return TunnelEnd::Stopped;
                     }
+                    if replaced(&result) {
+                        tracing::warn!(
+                            "another connection with this worker's token took over (a new \
+                             process, or two given one token); waiting the longest backoff"
+                        );
+                        backoff.to_max();
+                    }
                     Verdict::closed()
                 }
                 Err(e) => {
@@ -187,6 +194,13 @@ impl std::fmt::Debug for Tunnel {
             .field("handshake", &self.handshake)
             .finish_non_exhaustive()
     }
+}
+
+/// Whether the relay closed the connection because a newer one of this
+/// worker replaced it ([`REPLACED`](crate::gateway::REPLACED)).
+fn replaced(result: &Result<Closed, DriverError<ws::Error>>) -> bool {
+    matches!(result, Ok(Closed::ByPeer(Some(f)))
+        if f.code == crate::frame::CloseCode::POLICY_VIOLATION && f.reason == crate::gateway::REPLACED)
 }
 
 fn log_end(result: &Result<Closed, DriverError<ws::Error>>) {

@@ -202,6 +202,10 @@ pub enum RelayEnd {
     ProtocolError,
     /// The connection closed or was lost.
     ConnectionLost,
+    /// The connection closed or was lost before the stream's `request`
+    /// frame went out: the worker never saw the request, which may be sent
+    /// again on another connection (if its body can be had again).
+    Unsent,
     /// The application read nothing of the waiting response for
     /// [`stall_timeout`](RelayConfig::stall_timeout), or kept reading paused
     /// past [`read_pause_timeout`](RelayConfig::read_pause_timeout): the

@@ -312,7 +312,7 @@ impl RelayConnection {
                 refill_asked: false,
             },
         );
-        self.core.out.push_stream_message(key, Message::Text(text));
+        self.core.out.push_head(key, Message::Text(text));
         self.core.out.open(key, id);
         self.core.stats.streams_opened += 1;
         Ok(key)

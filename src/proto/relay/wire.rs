@@ -168,15 +168,29 @@ impl RelayConnection {
         self.note_waiting(key);
     }
 
-    /// The connection is over: every stream in flight ends with `ConnectionLost`.
+    /// The connection is over: every stream in flight ends with `ConnectionLost`,
+    /// or `Unsent` if its `request` frame had not gone out.
     pub(super) fn end_all(&mut self, close: Option<(CloseCode, &str)>, cause: CloseCause) {
-        if !self.core.mark_closed(close, cause) {
+        if self.core.closed {
             return;
         }
         let mut keys: Vec<StreamKey> = self.ids.values().copied().collect();
         keys.sort();
+        let unsent: Vec<StreamKey> = keys
+            .iter()
+            .copied()
+            .filter(|k| self.core.out.head_queued(*k))
+            .collect();
+        if !self.core.mark_closed(close, cause) {
+            return;
+        }
         for key in keys {
-            self.end_on_wire(key, RelayEnd::ConnectionLost, SendAbort::Never);
+            let reason = if unsent.contains(&key) {
+                RelayEnd::Unsent
+            } else {
+                RelayEnd::ConnectionLost
+            };
+            self.end_on_wire(key, reason, SendAbort::Never);
         }
         // Data that arrived before the end stays readable, with no deadline;
         // what is in the overflow cannot come back once the driver stops.
