@@ -29,7 +29,7 @@
 //!
 //! `--reuse-port` listens with `SO_REUSEPORT`, so a new relay process can
 //! take the same port while the old one drains (an in-place restart: the
-//! port is never down). `--reconnect-wait SECS` (default 0) lets a request
+//! port is never down). `--reconnect-wait SECS` (default 10; 0 answers 503 at once) lets a request
 //! for a known worker that is not connected wait that long for it to
 //! connect before the 503, so requests arriving during a restart wait for
 //! the worker's reconnect instead of failing.
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
     let (mut threads, mut cert, mut key) = (None, None, None);
     let mut grace = Duration::from_secs(30);
-    let (mut reconnect_wait, mut reuse_port) = (Duration::ZERO, false);
+    let (mut reconnect_wait, mut reuse_port) = (worker_relay::gateway::RECONNECT_WAIT, false);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         if a == "--reuse-port" {

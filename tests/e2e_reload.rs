@@ -1,6 +1,8 @@
 //! Issue 25, the relay example: `SIGHUP` re-reads the tokens file. A file
 //! that cannot be parsed keeps the old table; a worker whose token was
-//! removed is closed and, refused (401) when it dials again, exits 1.
+//! removed is closed within 1 s and, refused (401) when it dials again,
+//! exits 1; a worker added connects; every other worker keeps its
+//! connection.
 
 #[path = "e2e/support.rs"]
 mod support;
@@ -19,7 +21,7 @@ fn hup(p: &Proc) {
 #[test]
 fn sighup_reloads_the_tokens_and_closes_a_revoked_worker() {
     let port = free_port();
-    let tokens = tokens_file(&format!("abc {CONNECT_TOKEN}\nidle ct-idle-worker-token\n"));
+    let tokens = tokens_file(&format!("abc {CONNECT_TOKEN}\nidle {IDLE_TOKEN}\n"));
     let mut cmd = Command::new(example_bin("relay"));
     cmd.arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
@@ -33,8 +35,14 @@ fn sighup_reloads_the_tokens_and_closes_a_revoked_worker() {
         relay.log()
     );
     let mut worker = worker_process(port, CONNECT_TOKEN);
+    let _idle = worker_process(port, IDLE_TOKEN);
     assert!(
         relay.wait_log("worker abc connected", Duration::from_secs(20)),
+        "{}",
+        relay.log()
+    );
+    assert!(
+        relay.wait_log("worker idle connected", Duration::from_secs(20)),
         "{}",
         relay.log()
     );
@@ -49,11 +57,28 @@ fn sighup_reloads_the_tokens_and_closes_a_revoked_worker() {
     );
     assert!(!relay.log().contains("disconnected"), "{}", relay.log());
 
-    // abc removed: closed at once, refused when it dials again, exits 1.
-    std::fs::write(&tokens, "idle ct-idle-worker-token\n").unwrap();
+    // abc removed, new added: abc closed within 1 s, refused when it
+    // dials again, exits 1.
+    std::fs::write(&tokens, format!("idle {IDLE_TOKEN}\nnew {NEW_TOKEN}\n")).unwrap();
+    let sent = std::time::Instant::now();
     hup(&relay);
     assert!(
+        relay.wait_log("worker abc disconnected", Duration::from_secs(10)),
+        "{}",
+        relay.log()
+    );
+    let gone = sent.elapsed();
+    eprintln!("e2e_reload: the revoked worker was disconnected {gone:?} after SIGHUP");
+    assert!(gone < Duration::from_secs(1), "{gone:?}");
+    assert!(
         relay.wait_log("closed 1 whose token was revoked", Duration::from_secs(10)),
+        "{}",
+        relay.log()
+    );
+    // The added worker connects.
+    let _new = worker_process(port, NEW_TOKEN);
+    assert!(
+        relay.wait_log("worker new connected", Duration::from_secs(20)),
         "{}",
         relay.log()
     );
@@ -69,5 +94,14 @@ fn sighup_reloads_the_tokens_and_closes_a_revoked_worker() {
         "{}",
         relay.log()
     );
-    assert!(!relay.log().contains(CONNECT_TOKEN));
+    // The other worker kept its one connection throughout.
+    let log = relay.log();
+    assert_eq!(log.matches("worker idle connected").count(), 1, "{log}");
+    assert!(!log.contains("worker idle disconnected"), "{log}");
+    for t in [CONNECT_TOKEN, IDLE_TOKEN, NEW_TOKEN] {
+        assert!(!log.contains(t));
+    }
 }
+
+const IDLE_TOKEN: &str = "ct-idle-worker-token";
+const NEW_TOKEN: &str = "ct-new-worker-token-0123";

@@ -272,7 +272,9 @@ async fn a_request_waits_for_its_worker_to_reconnect() {
     assert_eq!((status, &body[..]), (200, &b"done"[..]));
 
     // Without a wait: 503 at once.
-    let quick = Gateway::new(TokenTable::parse(&format!("abc {TOKEN}")).unwrap());
+    let quick = Gateway::builder(TokenTable::parse(&format!("abc {TOKEN}")).unwrap())
+        .reconnect_wait(Duration::ZERO)
+        .build();
     let started = Instant::now();
     let req = Request::get("/w/abc/")
         .body(Full::new(Bytes::new()))

@@ -385,7 +385,7 @@ where
 /// case-insensitive, followed by one or more spaces and a token without
 /// whitespace; surrounding whitespace is ignored. A token longer than
 /// [`MAX_PRESENTED_TOKEN`] is refused before it is scanned for whitespace.
-fn bearer_token(value: &str) -> Result<&str, Rejected> {
+pub(crate) fn bearer_token(value: &str) -> Result<&str, Rejected> {
     let value = value.trim_matches([' ', '\t']);
     let (scheme, rest) = value
         .split_once(' ')

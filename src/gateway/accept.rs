@@ -1,8 +1,11 @@
 //! A worker's upgrade request: the handshake decision, the 101, and the
 //! connection's life after it.
 
+use super::Presented;
 use super::{answer, GatewayBody, Inner};
-use crate::connect::{decide_upgrade_at, ConnectTarget, TokenTable, WorkerId};
+use crate::connect::{
+    decide_upgrade_at, ConnectRejected, ConnectTarget, Rejected, TokenTable, WorkerId,
+};
 use crate::frame::{CloseCode, Message, SUBPROTOCOL};
 use crate::rt::{self, DriverError, TokioTimer};
 use crate::ws::WsSocket;
@@ -26,7 +29,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 /// ([`decide_upgrade_for`](crate::connect::decide_upgrade_for)); at the
 /// connect path itself, or any path that is not under it (a `Connect`
 /// service routed elsewhere), the token alone names the worker.
-pub(super) fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<GatewayBody> {
+pub(super) async fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<GatewayBody> {
     let key = match websocket_key(&req) {
         Ok(key) => key,
         Err(refusal) => return *refusal,
@@ -41,14 +44,20 @@ pub(super) fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<Gat
         return resp;
     }
     let table = inner.tokens();
-    let worker = match decide(inner, &table, &req) {
-        Ok(worker) => worker,
-        Err(refusal) => return *refusal,
-    };
     let peer = req
         .extensions()
         .get::<crate::server::PeerAddr>()
         .map(|p| p.0);
+    let worker = match decide(inner, &table, &req, peer) {
+        Ok(worker) => worker,
+        Err(Undecided::Refused(refusal)) => return *refusal,
+        // Not the request itself across the await: its body need not be
+        // `Sync`.
+        Err(Undecided::AskHook(presented)) => match ask_hook(inner, presented).await {
+            Ok(worker) => worker,
+            Err(refusal) => return *refusal,
+        },
+    };
     if let Some(wait) = inner.registry.damped(&worker, peer) {
         let mut resp = answer(
             StatusCode::TOO_MANY_REQUESTS,
@@ -147,10 +156,24 @@ fn websocket_key<B>(req: &Request<B>) -> Result<HeaderValue, Refusal> {
     Ok(key)
 }
 
+/// A handshake the table did not decide.
+enum Undecided {
+    /// Refused: the answer.
+    Refused(Refusal),
+    /// A well-formed token the table does not hold, for the hook.
+    AskHook(Presented),
+}
+
 /// The worker this upgrade request is for, by its token and (at
 /// `<connect path>/<id>`) the id its path names; or the refusal (400, 401)
-/// to answer. Neither the log line nor the answer holds the token.
-fn decide<B>(inner: &Inner, table: &TokenTable, req: &Request<B>) -> Result<WorkerId, Refusal> {
+/// to answer, or what to ask the authorisation hook. Neither the log line
+/// nor the answer holds the token.
+fn decide<B>(
+    inner: &Inner,
+    table: &TokenTable,
+    req: &Request<B>,
+    peer: Option<std::net::SocketAddr>,
+) -> Result<WorkerId, Undecided> {
     let path = req.uri().path();
     let target = ConnectTarget::parse(&inner.connect_path, path).unwrap_or(ConnectTarget::Any);
     let headers = req
@@ -159,16 +182,62 @@ fn decide<B>(inner: &Inner, table: &TokenTable, req: &Request<B>) -> Result<Work
         .map(|(n, v)| (n.as_str(), crate::connect::http::header_text(v)));
     match decide_upgrade_at(table, target, headers) {
         Ok(accepted) => Ok(accepted.into_worker()),
-        Err(rejected) => {
-            tracing::info!("refused a worker: {rejected} ({})", rejected.status());
-            let status = StatusCode::from_u16(rejected.status()).unwrap_or(StatusCode::BAD_REQUEST);
-            let mut resp = answer(status, &rejected.to_string());
-            for (n, v) in rejected.response_headers() {
-                resp.headers_mut().insert(*n, HeaderValue::from_static(v));
-            }
-            Err(Box::new(resp))
+        Err(ConnectRejected::Handshake(Rejected::UnknownToken)) if inner.authorize.is_some() => {
+            // Well-formed (one `Authorization: Bearer`, not too long), or
+            // the decision would have said otherwise.
+            let token = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .map(crate::connect::http::header_text)
+                .and_then(|v| crate::connect::bearer_token(&v).ok().map(str::to_owned));
+            let Some(token) = token else {
+                return Err(Undecided::Refused(refuse(ConnectRejected::Handshake(
+                    Rejected::MalformedAuthorization,
+                ))));
+            };
+            let target = match target {
+                ConnectTarget::Claimed(id) => WorkerId::new(id).ok(),
+                ConnectTarget::Any => None,
+            };
+            Err(Undecided::AskHook(Presented {
+                token,
+                target,
+                peer,
+            }))
         }
+        Err(rejected) => Err(Undecided::Refused(refuse(rejected))),
     }
+}
+
+/// The authorisation hook's decision, or the answer refusing the worker
+/// (`WWW-Authenticate: Bearer` on a 401, `Retry-After: 1` on a 503).
+async fn ask_hook(inner: &Inner, presented: Presented) -> Result<WorkerId, Refusal> {
+    let hook = inner.authorize.as_ref().expect("asked only with a hook");
+    let peer = presented.peer;
+    hook.decide(presented).await.map_err(|status| {
+        let peer = peer.map_or(String::new(), |p| format!(" from {p}"));
+        tracing::info!("refused a worker{peer}: the authorisation hook answered {status}");
+        let mut resp = answer(status, "refused by the relay's authorisation");
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        } else if status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        Box::new(resp)
+    })
+}
+
+/// The answer to a refused handshake, logged without the token.
+fn refuse(rejected: ConnectRejected) -> Refusal {
+    tracing::info!("refused a worker: {rejected} ({})", rejected.status());
+    let status = StatusCode::from_u16(rejected.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut resp = answer(status, &rejected.to_string());
+    for (n, v) in rejected.response_headers() {
+        resp.headers_mut().insert(*n, HeaderValue::from_static(v));
+    }
+    Box::new(resp)
 }
 
 /// How a connection was let in: the token table its handshake was decided
@@ -238,7 +307,14 @@ where
                 (Poll::Pending, Some(cause)) => cause.to_string(),
                 (Poll::Pending, None) => "closed".into(),
             };
-            tracing::info!("worker {worker} disconnected: {}", r.reason);
+            if r.is_current() {
+                tracing::info!("worker {worker} disconnected: {}", r.reason);
+            } else {
+                tracing::info!(
+                    "worker {worker}: its replaced connection ended: {}",
+                    r.reason
+                );
+            }
         }
         polled
     })

@@ -46,7 +46,7 @@ where
         }
         Err(e) => return answer(StatusCode::BAD_REQUEST, &format!("bad request: {e}")),
     };
-    if !inner.tokens().contains(worker.as_str()) {
+    if !inner.knows(worker.as_str()) {
         return answer(StatusCode::NOT_FOUND, "unknown worker");
     }
     // A request without a body can be sent again, on the worker's next

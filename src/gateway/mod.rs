@@ -68,11 +68,13 @@
 //! the `/w` prefix the gateway maps by.
 
 mod accept;
+mod authorize;
 mod body;
 mod forward;
 mod registry;
 mod upload;
 
+pub use authorize::{AuthorizeFuture, Presented};
 pub use body::GatewayBody;
 pub use registry::{DuplicatePolicy, Presence, FLAP_REPLACEMENTS, FLAP_WINDOW};
 
@@ -116,6 +118,8 @@ struct Inner {
     response_head_timeout: Option<Duration>,
     lingering_time: Duration,
     reconnect_wait: Duration,
+    /// The authorisation hook, for tokens the table does not hold.
+    authorize: Option<authorize::Authorizer>,
     registry: Registry,
     /// Set by [`Gateway::drain`]: no new worker, no new request.
     draining: std::sync::atomic::AtomicBool,
@@ -139,6 +143,8 @@ pub struct GatewayBuilder {
     presence_capacity: usize,
     flap: Option<(usize, Duration)>,
     replace_grace: Duration,
+    authorize: Option<authorize::Authorizer>,
+    authorize_timeout: Duration,
 }
 
 impl GatewayBuilder {
@@ -228,8 +234,10 @@ impl GatewayBuilder {
     /// How long a connection replaced by a newer one of its worker
     /// ([`DuplicatePolicy::Replace`]) may take to finish the streams it
     /// has before it is closed, requests in flight on it failing (default
-    /// 30 s, as the relay's drain). A dead connection's streams end sooner,
-    /// when its keepalive declares it dead.
+    /// 30 s, as the relay's drain). It is closed sooner once it has taken
+    /// nothing of the data queued for it for 5 s (its peer stopped
+    /// reading), and a dead one's streams end when its keepalive declares
+    /// it dead.
     pub fn replace_grace(mut self, grace: Duration) -> Self {
         self.replace_grace = grace;
         self
@@ -238,7 +246,9 @@ impl GatewayBuilder {
     /// How long a request for a known worker that is not connected waits
     /// for it to connect before it is answered 503 (`Retry-After: 1`):
     /// across a relay's or a worker's restart, requests wait for the
-    /// worker's reconnect instead of failing. Default zero, 503 at once; the
+    /// worker's reconnect instead of failing. Default [`RECONNECT_WAIT`],
+    /// 10 s (a worker reconnects within 1 s of a close, per the spec's
+    /// backoff, and Strata's worker too); zero answers 503 at once. The
     /// relay example takes `--reconnect-wait SECS`.
     pub fn reconnect_wait(mut self, wait: Duration) -> Self {
         self.reconnect_wait = wait;
@@ -256,6 +266,59 @@ impl GatewayBuilder {
         self
     }
 
+    /// An asynchronous authorisation hook, for workers that live in a
+    /// database rather than in the token table: a handshake whose token the
+    /// table does not hold (and not longer than
+    /// [`MAX_PRESENTED_TOKEN`](crate::connect::MAX_PRESENTED_TOKEN)) is
+    /// decided by `hook`, given the token, the id the URL names
+    /// (`/connect/<id>`) if any, and the peer's address. Its answer is the
+    /// worker (refused 401 if the URL names another) or the status to
+    /// refuse with; an answer later than
+    /// [`GatewayBuilder::authorize_timeout`] is refused 503 (the worker
+    /// retries). A worker the hook let in counts as known from then on:
+    /// callers' requests for it wait for its reconnect rather than get 404.
+    /// Revoke one by closing its connection ([`Gateway::handle`]) and
+    /// refusing it from then on.
+    ///
+    /// Any stranger can make the gateway call the hook, once per handshake:
+    /// keep it cheap for unknown tokens (a keyed digest and an index look-up,
+    /// as [`TokenTable`] does), never log the token, and rate-limit in front
+    /// of the gateway if a look-up is costly.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use worker_relay::connect::{TokenTable, WorkerId};
+    /// use worker_relay::gateway::{Gateway, Presented};
+    ///
+    /// /// Stands for a database query.
+    /// async fn worker_of(token: &str) -> Option<String> {
+    ///     token.strip_prefix("db-token-").map(str::to_owned)
+    /// }
+    ///
+    /// let gateway = Gateway::builder(TokenTable::new())
+    ///     .authorize(|p: Presented| async move {
+    ///         let id = worker_of(&p.token).await.ok_or(StatusCode::UNAUTHORIZED)?;
+    ///         WorkerId::new(id).map_err(|_| StatusCode::UNAUTHORIZED)
+    ///     })
+    ///     .build();
+    /// # drop(gateway);
+    /// ```
+    pub fn authorize<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(Presented) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<WorkerId, StatusCode>> + Send + 'static,
+    {
+        self.authorize = Some(authorize::Authorizer::new(hook, self.authorize_timeout));
+        self
+    }
+
+    /// How long the authorisation hook may take before the handshake is
+    /// refused 503 (default 5 s).
+    pub fn authorize_timeout(mut self, timeout: Duration) -> Self {
+        self.authorize_timeout = timeout;
+        self
+    }
+
     /// How many [`Presence`] events a slow subscriber may lag behind before
     /// it misses some (default 256).
     pub fn presence_capacity(mut self, n: usize) -> Self {
@@ -265,6 +328,10 @@ impl GatewayBuilder {
 
     /// The gateway.
     pub fn build(self) -> Gateway {
+        let authorize = self.authorize.map(|mut a| {
+            a.timeout = self.authorize_timeout;
+            a
+        });
         Gateway {
             inner: Arc::new(Inner {
                 tokens: std::sync::RwLock::new(Arc::new(self.tokens)),
@@ -277,6 +344,7 @@ impl GatewayBuilder {
                 response_head_timeout: self.response_head_timeout,
                 lingering_time: self.lingering_time,
                 reconnect_wait: self.reconnect_wait,
+                authorize,
                 draining: Default::default(),
                 alive: Arc::new(()),
                 registry: Registry::new(
@@ -315,11 +383,13 @@ impl Gateway {
             send_timeout: Duration::from_secs(60),
             response_head_timeout: None,
             lingering_time: Duration::from_secs(30),
-            reconnect_wait: Duration::ZERO,
+            reconnect_wait: RECONNECT_WAIT,
             duplicates: DuplicatePolicy::default(),
             presence_capacity: 256,
             flap: Some((FLAP_REPLACEMENTS, FLAP_WINDOW)),
             replace_grace: Duration::from_secs(30),
+            authorize: None,
+            authorize_timeout: Duration::from_secs(5),
         }
     }
 
@@ -462,6 +532,10 @@ impl Gateway {
     }
 }
 
+/// How long a request for a known worker that is not connected waits for
+/// it, by default (see [`GatewayBuilder::reconnect_wait`]).
+pub const RECONNECT_WAIT: Duration = Duration::from_secs(10);
+
 /// The close reason of a connection whose token was revoked.
 pub const REVOKED: &str = "token revoked";
 
@@ -473,6 +547,13 @@ pub const REVOKED: &str = "token revoked";
 pub const REPLACED: &str = "replaced by a new connection";
 
 impl Inner {
+    /// Whether `worker` is one callers may ask for: in the token table, or
+    /// let in by the authorisation hook before.
+    fn knows(&self, worker: &str) -> bool {
+        self.tokens().contains(worker)
+            || self.authorize.as_ref().is_some_and(|a| a.admitted(worker))
+    }
+
     fn tokens(&self) -> Arc<TokenTable> {
         self.tokens
             .read()
@@ -542,7 +623,7 @@ macro_rules! service {
 service!(
     /// Accepts workers' upgrade requests (see the [module docs](self)).
     Connect,
-    |inner, req| accept::accept(&inner, req)
+    |inner, req| accept::accept(&inner, req).await
 );
 
 service!(
@@ -558,7 +639,7 @@ service!(
     GatewayService,
     |inner, req| {
         if ConnectTarget::parse(&inner.connect_path, req.uri().path()).is_some() {
-            accept::accept(&inner, req)
+            accept::accept(&inner, req).await
         } else {
             forward::forward(inner, req).await
         }

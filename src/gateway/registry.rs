@@ -236,18 +236,42 @@ impl Registry {
 
 /// Closes a replaced connection (1008, [`REPLACED`](super::REPLACED)) once
 /// its streams are done and slow callers have taken their responses out of
-/// the overflow store, or once `grace` has passed: no new stream is opened
-/// on it, it is no longer registered.
+/// the overflow store, once `grace` has passed, or once it has taken
+/// nothing of what waits for it for [`STUCK`] (a peer that stopped
+/// reading: a live process being redeployed reads). No new stream is
+/// opened on it meanwhile; it is no longer registered.
 async fn retire(handle: RelayHandle, grace: Duration) {
-    let deadline = tokio::time::Instant::now() + grace;
+    let start = tokio::time::Instant::now();
+    let mut sent = (handle.stats().bytes_out, start);
     while !handle.is_closed() {
+        let now = tokio::time::Instant::now();
         let stats = handle.stats();
+        if stats.bytes_out != sent.0 {
+            sent = (stats.bytes_out, now);
+        }
         let idle = stats.streams_open == 0 && stats.overflow_bytes == 0;
-        if idle || tokio::time::Instant::now() >= deadline {
+        let stuck = stats.body_queued_out > 0 && now.duration_since(sent.1) >= STUCK;
+        if idle || stuck || now.duration_since(start) >= grace {
             handle.close(CloseCode::POLICY_VIOLATION, super::REPLACED);
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How long a replaced connection may take nothing of the data queued for
+/// it before it is closed without waiting for its streams.
+const STUCK: Duration = Duration::from_secs(5);
+
+impl Registration<'_> {
+    /// Whether this is still its worker's registered connection (not
+    /// replaced by a newer one).
+    pub fn is_current(&self) -> bool {
+        self.registry
+            .lock()
+            .conns
+            .get(&self.worker)
+            .is_some_and(|c| c.generation == self.generation)
     }
 }
 

@@ -252,7 +252,8 @@ fn now_or_never<F: std::future::Future>(fut: F) -> Option<F::Output> {
 }
 
 /// Serves an accepted connection on a task of its own, holding `permit`;
-/// `one_request`: HTTP/1.1 without keep-alive.
+/// `one_request`: taken during the shutdown (HTTP/1.1 without keep-alive,
+/// HTTP/2 with a GOAWAY at once).
 fn spawn_connection<S, B>(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
@@ -346,11 +347,20 @@ async fn serve_connection<I, S, B>(
                 .max_header_list_size(64 << 10)
                 .serve_connection(io, service);
             let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => r,
-                () = stopped(&mut stop) => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
+            if one_request {
+                // Taken during the shutdown: GOAWAY at once (hyper's waits a
+                // ping's round trip before it names the last stream, so the
+                // requests already sent are served), not when a stop that
+                // never comes for it would say.
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            } else {
+                tokio::select! {
+                    r = conn.as_mut() => r,
+                    () = stopped(&mut stop) => {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
                 }
             }
         }
