@@ -39,7 +39,15 @@
 //! removed or changed is closed (1008), every other connection is left
 //! alone. A file that cannot be read or parsed keeps the old table, and the
 //! log says why.
+//!
+//! `--admin HOST:PORT` serves `GET /metrics` (Prometheus) and `GET /workers`
+//! (JSON) there, never on the public listener (docs/operations.md);
+//! `--log-format json` logs one JSON object per line, the access log
+//! (target `worker_relay::access`) among them. `--stall-timeout SECS`
+//! (default 60) bounds how long a caller may read nothing of its response.
 
+#[path = "common/admin.rs"]
+mod admin;
 #[path = "common/logging.rs"]
 mod logging;
 #[path = "common/runtime.rs"]
@@ -52,15 +60,21 @@ use std::time::Duration;
 use worker_relay::connect::TokenTable;
 use worker_relay::frame::CloseCode;
 use worker_relay::gateway::{Gateway, CONNECT_PATH};
+use worker_relay::proto::{OverflowConfig, RelayConfig};
 use worker_relay::server::{serve_with_shutdown, ServerConfig, ServerTls};
 
 const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
                      [--tls-cert FILE --tls-key FILE] \
                      [--max-connections N] [--header-timeout SECS] [--grace SECS] \
-                     [--reconnect-wait SECS] [--reuse-port] [--threads N]";
+                     [--reconnect-wait SECS] [--reuse-port] [--threads N] \
+                     [--stall-timeout SECS] [--admin HOST:PORT] [--log-format text|json]";
 
 fn main() -> ExitCode {
+    if logging::json_requested().is_none() {
+        return usage();
+    }
     logging::init("relay");
+    let (mut admin, mut stall) = (None, None);
     let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
     let (mut threads, mut cert, mut key) = (None, None, None);
     let mut grace = Duration::from_secs(30);
@@ -74,6 +88,8 @@ fn main() -> ExitCode {
         let number = |v: Option<String>| v.and_then(|v| v.parse::<u64>().ok());
         match (a.as_str(), args.next()) {
             ("--listen", v) => listen = v,
+            ("--admin", Some(v)) => admin = Some(v),
+            ("--log-format", Some(_)) => {} // read by logging::init
             ("--tokens", v) => tokens = v,
             ("--tls-cert", Some(v)) => cert = Some(v),
             ("--tls-key", Some(v)) => key = Some(v),
@@ -85,6 +101,9 @@ fn main() -> ExitCode {
             }
             ("--reconnect-wait", v) if number(v.clone()).is_some() => {
                 reconnect_wait = Duration::from_secs(number(v).unwrap_or(0))
+            }
+            ("--stall-timeout", v) if number(v.clone()).is_some_and(|n| n > 0) => {
+                stall = number(v).map(Duration::from_secs)
             }
             ("--grace", v) if number(v.clone()).is_some() => {
                 grace = Duration::from_secs(number(v).unwrap_or(30))
@@ -115,6 +134,8 @@ fn main() -> ExitCode {
                 grace,
                 reconnect_wait,
                 reuse_port,
+                admin,
+                stall,
             };
             rt.block_on(run(listen, tokens, server, tls, opts))
         }
@@ -133,7 +154,15 @@ async fn run(
         grace,
         reconnect_wait,
         reuse_port,
+        admin,
+        stall,
     } = opts;
+    // The recorder first: what the gateway records before it is lost.
+    let metrics = match admin.as_ref().map(|_| admin::install()) {
+        None => None,
+        Some(Ok(handle)) => Some(handle),
+        Some(Err(e)) => return fail(1, format!("cannot install the metrics recorder: {e}")),
+    };
     let table = match std::fs::read_to_string(&tokens).map(|t| TokenTable::parse(&t)) {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => return fail(2, format!("{tokens}: {e}")),
@@ -159,9 +188,29 @@ async fn run(
     // Slow callers' responses wait in unlinked temporary files in $TMPDIR,
     // within 8 GiB for all the workers (the gateway's default store,
     // `rt::TempFileOverflow`).
-    let gateway = Gateway::builder(table)
-        .reconnect_wait(reconnect_wait)
-        .build();
+    let mut gateway = Gateway::builder(table).reconnect_wait(reconnect_wait);
+    if let Some(stall) = stall {
+        // The gateway's default, with this stall timeout.
+        let config = RelayConfig::builder()
+            .overflow(Some({
+                let mut o = OverflowConfig::default();
+                o.memory_per_stream = 256 << 10;
+                o
+            }))
+            .stall_timeout(stall)
+            .build();
+        match config {
+            Ok(c) => gateway = gateway.relay_config(c),
+            Err(e) => return fail(2, format!("--stall-timeout: {e}")),
+        }
+    }
+    let gateway = gateway.build();
+    if let (Some(addr), Some(handle)) = (admin, metrics) {
+        let workers = workers_page(gateway.clone());
+        if let Err(e) = admin::serve(&addr, handle, workers).await {
+            return fail(1, format!("cannot listen on {addr} (admin): {e}"));
+        }
+    }
     tokio::spawn(reload_on_sighup(gateway.clone(), tokens, tls));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = serve_with_shutdown(listener, gateway.service(), server, async {
@@ -223,11 +272,45 @@ async fn reload_on_sighup(gateway: Gateway, tokens: String, tls: Option<ServerTl
     }
 }
 
-/// The options of a relay's life: its drain and restarts.
+/// The options of a relay's life: its drain and restarts, its admin
+/// endpoint.
 struct Options {
     grace: Duration,
     reconnect_wait: Duration,
     reuse_port: bool,
+    admin: Option<String>,
+    stall: Option<Duration>,
+}
+
+/// `GET /workers`: the connected workers as JSON (id, since when, from
+/// where, streams open, bytes each way, why the previous connection ended).
+fn workers_page(gateway: Gateway) -> axum::Router {
+    axum::Router::new().route(
+        "/workers",
+        axum::routing::get(move || {
+            let workers: Vec<serde_json::Value> = gateway
+                .workers()
+                .into_iter()
+                .map(|w| {
+                    let since = w
+                        .connected_since
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs());
+                    serde_json::json!({
+                        "id": w.worker.as_str(),
+                        "connected_since_unix": since,
+                        "peer": w.peer.map(|p| p.to_string()),
+                        "streams_open": w.stats.streams_open,
+                        "bytes_in": w.stats.bytes_in,
+                        "bytes_out": w.stats.bytes_out,
+                        "last_error": w.last_error,
+                    })
+                })
+                .collect();
+            let body = serde_json::Value::Array(workers).to_string();
+            async move { ([(http::header::CONTENT_TYPE, "application/json")], body) }
+        }),
+    )
 }
 
 /// Listens on `addr`; with `reuse_port`, with `SO_REUSEPORT` set, so that

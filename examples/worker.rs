@@ -30,6 +30,8 @@
 //! removed from it at start, their bytes zeroed first, so a process running
 //! under the same uid cannot read them from `/proc/<pid>/environ`.
 
+#[path = "common/admin.rs"]
+mod admin;
 #[path = "common/logging.rs"]
 mod logging;
 #[path = "common/runtime.rs"]
@@ -47,7 +49,7 @@ use std::process::ExitCode;
 use worker_relay::connect::Token;
 use worker_relay::ws::{Dialer, Target};
 
-const USAGE: &str = "usage: worker --connect wss://HOST:PORT/connect [--ca-file CA.pem] [--allow-insecure] [--upstream http://HOST:PORT [--upstream-connections N]] [--threads N]\n       worker --listen HOST:PORT [--threads N]   (the app served directly, no relay)";
+const USAGE: &str = "usage: worker --connect wss://HOST:PORT/connect [--ca-file CA.pem] [--allow-insecure] [--upstream http://HOST:PORT [--upstream-connections N]] [--threads N] [--admin HOST:PORT] [--log-format text|json]\n       worker --listen HOST:PORT [--threads N]   (the app served directly, no relay)";
 
 fn main() -> ExitCode {
     // First thing, before any thread exists: take the secrets out of the environment.
@@ -57,6 +59,10 @@ fn main() -> ExitCode {
     let (mut url, mut upstream, mut listen, mut threads) = (None, None, None, None);
     let mut connections = tunnel_upstream::DEFAULT_CONNECTIONS;
     let (mut ca_file, mut allow_insecure) = (None, false);
+    let mut admin = None;
+    if logging::json_requested().is_none() {
+        return usage();
+    }
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         if a == "--allow-insecure" {
@@ -65,6 +71,8 @@ fn main() -> ExitCode {
         }
         match (a.as_str(), args.next()) {
             ("--ca-file", Some(v)) => ca_file = Some(v),
+            ("--admin", Some(v)) => admin = Some(v),
+            ("--log-format", Some(_)) => {} // read by logging::init
             ("--connect", v) => url = v,
             ("--listen", Some(v)) => match v.parse::<std::net::SocketAddr>() {
                 Ok(a) => listen = Some(a),
@@ -147,6 +155,19 @@ fn main() -> ExitCode {
     // SIGTERM or Ctrl-C: new requests answered 503, those in flight finish
     // (at most GRACE), then the connection is closed with 1001.
     let code = runtime.block_on(async {
+        if let Some(addr) = admin {
+            let started = admin::install().map_err(|e| e.to_string());
+            let served = match started {
+                Ok(handle) => admin::serve(&addr, handle, axum::Router::new())
+                    .await
+                    .map_err(|e| format!("cannot listen on {addr} (admin): {e}")),
+                Err(e) => Err(format!("cannot install the metrics recorder: {e}")),
+            };
+            if let Err(e) = served {
+                tracing::error!("{e}");
+                return 1;
+            }
+        }
         match upstream {
             Some(upstream) => {
                 worker_app::run_until(opts, upstream.service(), signalled(), GRACE).await

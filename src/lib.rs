@@ -172,6 +172,10 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "tower")]
+#[macro_use]
+mod observe;
+
 pub mod connect;
 pub mod frame;
 #[cfg(feature = "tower")]

@@ -1,13 +1,45 @@
 //! The examples' logs: `tracing` to stderr, `info` and up unless `RUST_LOG`
-//! says otherwise. A write error (stderr closed, a broken pipe) drops the
-//! line: logging never panics and never stops the program.
+//! says otherwise, as text or, with `--log-format json`, one JSON object
+//! per line. A write error (stderr closed, a broken pipe) drops the line:
+//! logging never panics and never stops the program. The WebSocket
+//! library's logs stay at `info` and above whatever `RUST_LOG` says: at
+//! `trace` it logs the handshake's headers, the connect token among them.
 #![allow(dead_code)] // shared by several examples, each using a part
 
 use tracing_subscriber::EnvFilter;
 
-/// Installs the subscriber; lines start with `name`.
+/// Whether the command line asks for `--log-format json` (`text`, the
+/// default, otherwise); `None` for another value.
+pub fn json_requested() -> Option<bool> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "--log-format") {
+        None => Some(false),
+        Some(i) => match args.get(i + 1).map(String::as_str) {
+            Some("json") => Some(true),
+            Some("text") => Some(false),
+            _ => None,
+        },
+    }
+}
+
+/// Installs the subscriber; text lines start with `name`.
 pub fn init(name: &'static str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .add_directive("tungstenite=info".parse().expect("a valid directive"))
+        .add_directive("tokio_tungstenite=info".parse().expect("a valid directive"));
+    if json_requested() == Some(true) {
+        let _ = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .log_internal_errors(false)
+            .try_init();
+        return;
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

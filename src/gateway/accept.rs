@@ -15,6 +15,7 @@ use http::header::{self, HeaderValue};
 use http::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::future::{poll_fn, Future};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -29,8 +30,24 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 /// ([`decide_upgrade_for`](crate::connect::decide_upgrade_for)); at the
 /// connect path itself, or any path that is not under it (a `Connect`
 /// service routed elsewhere), the token alone names the worker.
-pub(super) async fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<GatewayBody> {
-    let key = match websocket_key(&req) {
+pub(super) async fn accept<B>(inner: &Arc<Inner>, req: Request<B>) -> Response<GatewayBody> {
+    let resp = decide_and_upgrade(inner, req).await;
+    crate::observe::relay::handshake(match resp.status().as_u16() {
+        101 => "accepted",
+        401 | 403 => "unauthorized",
+        429 => "rate_limited",
+        400..=499 => "bad_request",
+        _ => "refused",
+    });
+    resp
+}
+
+async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<GatewayBody> {
+    let peer = req
+        .extensions()
+        .get::<crate::server::PeerAddr>()
+        .map(|p| p.0);
+    let key = match websocket_key(&req, peer) {
         Ok(key) => key,
         Err(refusal) => return *refusal,
     };
@@ -44,10 +61,6 @@ pub(super) async fn accept<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Respon
         return resp;
     }
     let table = inner.tokens();
-    let peer = req
-        .extensions()
-        .get::<crate::server::PeerAddr>()
-        .map(|p| p.0);
     let worker = match decide(inner, &table, &req, peer) {
         Ok(worker) => worker,
         Err(Undecided::Refused(refusal)) => return *refusal,
@@ -128,7 +141,7 @@ type Refusal = Box<Response<GatewayBody>>;
 /// The `Sec-WebSocket-Key` of a WebSocket upgrade request (version 13), or
 /// the answer refusing the request: 400 if it is not an upgrade, 426 for
 /// another WebSocket version.
-fn websocket_key<B>(req: &Request<B>) -> Result<HeaderValue, Refusal> {
+fn websocket_key<B>(req: &Request<B>, peer: Option<SocketAddr>) -> Result<HeaderValue, Refusal> {
     let headers = req.headers();
     let is_upgrade = headers
         .get(header::UPGRADE)
@@ -136,7 +149,10 @@ fn websocket_key<B>(req: &Request<B>) -> Result<HeaderValue, Refusal> {
         .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
     let (true, Some(key)) = (is_upgrade && req.method() == http::Method::GET, key) else {
-        tracing::info!("refused a connection: not a WebSocket upgrade (400)");
+        tracing::info!(
+            "refused a connection{}: not a WebSocket upgrade (400)",
+            from(peer)
+        );
         return Err(Box::new(answer(
             StatusCode::BAD_REQUEST,
             "expected a WebSocket upgrade",
@@ -191,9 +207,10 @@ fn decide<B>(
                 .map(crate::connect::http::header_text)
                 .and_then(|v| crate::connect::bearer_token(&v).ok().map(str::to_owned));
             let Some(token) = token else {
-                return Err(Undecided::Refused(refuse(ConnectRejected::Handshake(
-                    Rejected::MalformedAuthorization,
-                ))));
+                return Err(Undecided::Refused(refuse(
+                    ConnectRejected::Handshake(Rejected::MalformedAuthorization),
+                    peer,
+                )));
             };
             let target = match target {
                 ConnectTarget::Claimed(id) => WorkerId::new(id).ok(),
@@ -205,7 +222,7 @@ fn decide<B>(
                 peer,
             }))
         }
-        Err(rejected) => Err(Undecided::Refused(refuse(rejected))),
+        Err(rejected) => Err(Undecided::Refused(refuse(rejected, peer))),
     }
 }
 
@@ -215,8 +232,10 @@ async fn ask_hook(inner: &Inner, presented: Presented) -> Result<WorkerId, Refus
     let hook = inner.authorize.as_ref().expect("asked only with a hook");
     let peer = presented.peer;
     hook.decide(presented).await.map_err(|status| {
-        let peer = peer.map_or(String::new(), |p| format!(" from {p}"));
-        tracing::info!("refused a worker{peer}: the authorisation hook answered {status}");
+        tracing::info!(
+            "refused a worker{}: the authorisation hook answered {status}",
+            from(peer)
+        );
         let mut resp = answer(status, "refused by the relay's authorisation");
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()
@@ -230,14 +249,23 @@ async fn ask_hook(inner: &Inner, presented: Presented) -> Result<WorkerId, Refus
 }
 
 /// The answer to a refused handshake, logged without the token.
-fn refuse(rejected: ConnectRejected) -> Refusal {
-    tracing::info!("refused a worker: {rejected} ({})", rejected.status());
+fn refuse(rejected: ConnectRejected, peer: Option<SocketAddr>) -> Refusal {
+    tracing::info!(
+        "refused a worker{}: {rejected} ({})",
+        from(peer),
+        rejected.status()
+    );
     let status = StatusCode::from_u16(rejected.status()).unwrap_or(StatusCode::BAD_REQUEST);
     let mut resp = answer(status, &rejected.to_string());
     for (n, v) in rejected.response_headers() {
         resp.headers_mut().insert(*n, HeaderValue::from_static(v));
     }
     Box::new(resp)
+}
+
+/// ` from <peer>` for a log line, if the peer is known.
+fn from(peer: Option<SocketAddr>) -> String {
+    peer.map_or(String::new(), |p| format!(" from {p}"))
 }
 
 /// How a connection was let in: the token table its handshake was decided
@@ -319,6 +347,9 @@ where
         polled
     })
     .await;
+    if let Err(DriverError::KeepaliveTimeout) = &result {
+        crate::observe::relay::keepalive_timeout();
+    }
     if let Err(e @ DriverError::CloseTimeout(_)) = &result {
         tracing::info!("worker {worker}: {e}");
     }

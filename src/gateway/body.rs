@@ -1,5 +1,6 @@
 //! The body of a response the gateway gives its caller.
 
+use super::access::Access;
 use super::upload::Upload;
 use crate::rt::{BodyError, ResponseBody};
 use bytes::Bytes;
@@ -29,6 +30,9 @@ use std::task::{Context, Poll};
 /// [`GatewayBuilder::lingering_time`](super::GatewayBuilder::lingering_time).
 pub struct GatewayBody {
     kind: Kind,
+    /// The request's metrics and access log line, recorded when this body
+    /// is over or dropped.
+    access: Option<Box<Access>>,
 }
 
 enum Kind {
@@ -48,6 +52,7 @@ impl GatewayBody {
         let data = data.into();
         GatewayBody {
             kind: Kind::Full((!data.is_empty()).then_some(data)),
+            access: None,
         }
     }
 
@@ -55,6 +60,7 @@ impl GatewayBody {
     pub fn empty() -> GatewayBody {
         GatewayBody {
             kind: Kind::Full(None),
+            access: None,
         }
     }
 
@@ -66,7 +72,17 @@ impl GatewayBody {
                 failed: None,
                 _upload: None,
             },
+            access: None,
         }
+    }
+
+    /// The body, recording the request when it is over.
+    pub(super) fn observed(mut self, mut access: Access) -> GatewayBody {
+        if let Kind::Full(None) = self.kind {
+            access.ended();
+        }
+        self.access = Some(Box::new(access));
+        self
     }
 
     /// The body, owning the request's upload.
@@ -75,6 +91,29 @@ impl GatewayBody {
             *_upload = upload;
         }
         self
+    }
+}
+
+impl Drop for GatewayBody {
+    fn drop(&mut self) {
+        // Dropped before its end (the caller left, or stopped reading and
+        // was cut off): if the stream failed meanwhile (given up as
+        // stalled, say), that is how it ended.
+        let (Some(access), Kind::Worker { body, failed, .. }) =
+            (self.access.as_mut(), &mut self.kind)
+        else {
+            return;
+        };
+        if access.is_over() {
+            return;
+        }
+        if let Some(e) = failed.take() {
+            return access.failed_with(&e);
+        }
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        if let Poll::Ready(Some(Err(e))) = Pin::new(body).poll_next(&mut cx) {
+            access.failed_with(&e);
+        }
     }
 }
 
@@ -99,7 +138,41 @@ impl http_body::Body for GatewayBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        match &mut self.get_mut().kind {
+        let this = self.get_mut();
+        let polled = poll_kind(&mut this.kind, cx);
+        if let (Some(access), Poll::Ready(r)) = (this.access.as_mut(), &polled) {
+            match r {
+                Some(Ok(frame)) => {
+                    access.down += frame.data_ref().map_or(0, |d| d.len() as u64);
+                    if matches!(this.kind, Kind::Full(None)) {
+                        access.ended();
+                    }
+                }
+                Some(Err(e)) => access.failed_with(e),
+                None => access.ended(),
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.kind, Kind::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Full(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Kind::Worker { .. } => SizeHint::default(),
+        }
+    }
+}
+
+fn poll_kind(
+    kind: &mut Kind,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    {
+        match kind {
             Kind::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             Kind::Worker { body, failed, .. } => {
                 if let Some(e) = failed.take() {
@@ -118,17 +191,6 @@ impl http_body::Body for GatewayBody {
                     Poll::Pending => Poll::Pending,
                 }
             }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        matches!(self.kind, Kind::Full(None))
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Full(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
-            Kind::Worker { .. } => SizeHint::default(),
         }
     }
 }

@@ -1,10 +1,12 @@
 //! Forwarding a caller's request to its worker, and the answer back.
 
+use super::access::Access;
 use super::upload::{Deadlines, Upload, UploadEnd};
 use super::{answer, BoxError, GatewayBody, Inner};
 use crate::connect::http::{request_head_from_parts, response_builder, HttpError};
 use crate::connect::UrlError;
 use crate::connect::WorkerId;
+use crate::observe::Counted;
 use crate::proto::OpenError;
 use crate::rt::{RelayError, RequestSink, ResponseFuture};
 use futures_sink::Sink;
@@ -28,16 +30,36 @@ where
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    let (parts, body) = req.into_parts();
+    // Recorded when the response is over, or when this future is dropped
+    // before it (the caller left).
+    let mut access = Access::new(&parts);
+    let body = Counted::new(Box::pin(body), access.up.clone());
+    let resp = forward_parts(&inner, parts, body, &mut access).await;
+    access.head(resp.status().as_u16(), resp.headers());
+    resp.map(|b| b.observed(access))
+}
+
+async fn forward_parts<B>(
+    inner: &Arc<Inner>,
+    mut parts: http::request::Parts,
+    body: B,
+    access: &mut Access,
+) -> Response<GatewayBody>
+where
+    B: Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
     if inner.draining.load(std::sync::atomic::Ordering::SeqCst) {
         return retry_soon(answer(
             StatusCode::SERVICE_UNAVAILABLE,
             "the relay is shutting down",
         ));
     }
-    if inner.relay.refuses_method(req.method().as_str()) {
+    if inner.relay.refuses_method(parts.method.as_str()) {
         return answer(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
     }
-    let (mut parts, body) = req.into_parts();
     host_from_authority(&mut parts);
     let (worker, head) = match request_head_from_parts(&parts, &inner.urls) {
         Ok(x) => x,
@@ -49,6 +71,7 @@ where
     if !inner.knows(worker.as_str()) {
         return answer(StatusCode::NOT_FOUND, "unknown worker");
     }
+    access.worker(worker.as_str());
     // A request without a body can be sent again, on the worker's next
     // connection, if its connection goes before its head went out (the
     // worker never saw it); one with a body cannot: its pieces are gone.
@@ -59,7 +82,7 @@ where
     let (upload, resp) = loop {
         tries += 1;
         let again = tries < MAX_TRIES;
-        let Some(handle) = connected(&inner, worker.as_str()).await else {
+        let Some(handle) = connected(inner, worker.as_str()).await else {
             return retry_soon(answer(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "worker not connected",
@@ -70,12 +93,16 @@ where
             _ => head.take().expect("sent again only while kept"),
         };
         let (sink, response) = match handle.send_request(this) {
-            Ok(x) => x,
+            Ok(x) => {
+                access.stream_opened();
+                x
+            }
             // Closed between the look-up and now: its next connection.
             Err(RelayError::Open(OpenError::ConnectionClosed)) if head.is_some() => continue,
             Err(e) => return refusal(&e),
         };
-        let (upload, resp) = match exchange(&inner, &worker, body.take(), sink, response).await {
+        let exchanged = exchange(inner, &worker, body.take(), sink, response, access).await;
+        let (upload, resp) = match exchanged {
             Ok(x) => x,
             Err(now) => return now,
         };
@@ -87,7 +114,15 @@ where
     };
     let resp = match resp {
         Ok(r) => r,
-        Err(e) => return refusal(&e),
+        Err(e) => {
+            access.end = match e {
+                RelayError::WorkerAborted => "worker_abort",
+                RelayError::ProtocolError => "protocol_error",
+                RelayError::RequestAborted => "caller_failed",
+                _ => "lost",
+            };
+            return refusal(&e);
+        }
     };
     match response_builder(&resp.head) {
         Ok(b) => b
@@ -113,6 +148,7 @@ async fn exchange<B>(
     body: Option<B>,
     mut sink: RequestSink,
     mut response: ResponseFuture,
+    access: &mut Access,
 ) -> Result<(Option<Upload>, Result<crate::rt::Response, RelayError>), Response<GatewayBody>>
 where
     B: Body + Send + 'static,
@@ -148,11 +184,15 @@ where
             end = upload_end(&mut upload) => match end {
                 UploadEnd::Done => head_clock = inner.response_head_timeout.map(head_timer),
                 UploadEnd::Refused => {} // the response says how the stream ended
-                end => return Err(upload_answer(end).expect("a failed upload has an answer")),
+                end => {
+                    access.end = upload_end_reason(end);
+                    return Err(upload_answer(end).expect("a failed upload has an answer"));
+                }
             },
             r = &mut response => break r,
             () = async { head_clock.as_mut().expect("guarded").await }, if head_clock.is_some() => {
                 tracing::debug!("worker {worker}: no response head in time; aborting the stream");
+                access.end = "timeout";
                 return Err(answer(StatusCode::GATEWAY_TIMEOUT, "the worker did not answer in time"));
             }
         }
@@ -164,7 +204,8 @@ where
         // away, says what to answer.
         if let (RelayError::RequestAborted, Some(up)) = (e, upload.as_mut()) {
             let end = tokio::time::timeout(Duration::from_secs(1), up.end()).await;
-            if let Some(resp) = end.ok().and_then(upload_answer) {
+            if let Some((end, resp)) = end.ok().and_then(|e| Some((e, upload_answer(e)?))) {
+                access.end = upload_end_reason(end);
                 return Err(resp);
             }
         }
@@ -199,6 +240,15 @@ async fn connected(inner: &Inner, worker: &str) -> Option<crate::rt::RelayHandle
             // News of it or of others, or missed news: look again.
             Ok(_) => {}
         }
+    }
+}
+
+/// How a failed upload ended the stream, for the metrics and the log.
+fn upload_end_reason(end: UploadEnd) -> &'static str {
+    match end {
+        UploadEnd::Stalled => "caller_stalled",
+        UploadEnd::SendTimedOut => "timeout",
+        _ => "caller_failed",
     }
 }
 

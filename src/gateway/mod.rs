@@ -68,15 +68,17 @@
 //! the `/w` prefix the gateway maps by.
 
 mod accept;
+mod access;
 mod authorize;
 mod body;
 mod forward;
 mod registry;
 mod upload;
 
+pub use access::ACCESS_TARGET;
 pub use authorize::{AuthorizeFuture, Presented};
 pub use body::GatewayBody;
-pub use registry::{DuplicatePolicy, Presence, FLAP_REPLACEMENTS, FLAP_WINDOW};
+pub use registry::{DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLAP_WINDOW};
 
 use crate::connect::{ConnectTarget, TokenTable, UrlMap, WorkerId};
 use crate::frame::{CloseCode, Message};
@@ -438,6 +440,13 @@ impl Gateway {
     /// The workers connected now.
     pub fn connected(&self) -> Vec<WorkerId> {
         self.inner.registry.workers()
+    }
+
+    /// Every connected worker: since when, from where, its connection's
+    /// counters, and why its previous connection ended (for an admin page:
+    /// the relay example's `GET /workers`).
+    pub fn workers(&self) -> Vec<WorkerInfo> {
+        self.inner.registry.infos()
     }
 
     /// The counters of `worker`'s connection, if it is connected.

@@ -69,6 +69,25 @@ struct Conn {
     generation: u64,
     handle: RelayHandle,
     peer: Option<SocketAddr>,
+    since: std::time::SystemTime,
+}
+
+/// A connected worker, as [`Gateway::workers`](super::Gateway::workers)
+/// reports it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// The worker.
+    pub worker: WorkerId,
+    /// When its connection was registered.
+    pub connected_since: std::time::SystemTime,
+    /// Its peer's address, when the server knows it.
+    pub peer: Option<SocketAddr>,
+    /// Its connection's counters.
+    pub stats: crate::proto::Stats,
+    /// Why its previous connection ended, if it had one since the relay
+    /// started.
+    pub last_error: Option<String>,
 }
 
 #[derive(Default)]
@@ -77,6 +96,9 @@ struct State {
     /// When each worker's open connection was replaced, within the flap
     /// window, and until when a warning about it has been logged.
     replaced: HashMap<WorkerId, (VecDeque<Instant>, Option<Instant>)>,
+    /// Why each worker's last registered connection ended (one entry per
+    /// worker that has connected: bounded by who may connect).
+    last_end: HashMap<WorkerId, String>,
 }
 
 pub(crate) struct Registry {
@@ -137,6 +159,24 @@ impl Registry {
 
     pub fn workers(&self) -> Vec<WorkerId> {
         self.lock().conns.keys().cloned().collect()
+    }
+
+    pub fn infos(&self) -> Vec<WorkerInfo> {
+        let state = self.lock();
+        let mut infos: Vec<WorkerInfo> = state
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.handle.is_closed())
+            .map(|(w, c)| WorkerInfo {
+                worker: w.clone(),
+                connected_since: c.since,
+                peer: c.peer,
+                stats: c.handle.stats(),
+                last_error: state.last_end.get(w).cloned(),
+            })
+            .collect();
+        infos.sort_by(|a, b| a.worker.cmp(&b.worker));
+        infos
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Presence> {
@@ -204,6 +244,7 @@ impl Registry {
             generation,
             handle,
             peer,
+            since: std::time::SystemTime::now(),
         };
         if let Some(old) = state.conns.insert(worker.clone(), conn) {
             if open {
@@ -221,6 +262,7 @@ impl Registry {
                 times.push_back(now);
             }
         }
+        crate::observe::relay::workers_connected(state.conns.len());
         let _ = self.presence.send(Presence::Connected {
             worker: worker.clone(),
         });
@@ -286,6 +328,10 @@ impl Drop for Registration<'_> {
             return; // replaced: the newer connection is the worker's presence
         }
         state.conns.remove(&self.worker);
+        crate::observe::relay::workers_connected(state.conns.len());
+        state
+            .last_end
+            .insert(self.worker.clone(), self.reason.clone());
         if state
             .replaced
             .get(&self.worker)

@@ -66,7 +66,10 @@ impl Budget {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
                 held.checked_add(n).filter(|&h| h <= self.limit)
             })
-            .map(|_| ())
+            .map(|_| {
+                #[cfg(feature = "metrics")]
+                crate::observe::relay::overflow_bytes(n as i64);
+            })
             .map_err(|_| {
                 io::Error::new(
                     kind,
@@ -78,6 +81,8 @@ impl Budget {
     /// Returns `n` bytes counted by [`take`](Self::take).
     pub(crate) fn give(&self, n: u64) {
         self.held.fetch_sub(n, Ordering::AcqRel);
+        #[cfg(feature = "metrics")]
+        crate::observe::relay::overflow_bytes(-(n as i64));
     }
 }
 

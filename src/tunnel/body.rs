@@ -68,6 +68,7 @@ impl TunnelBody {
     ) -> Option<Result<Frame<Bytes>, BodyError>> {
         match item {
             Some(Ok(data)) => {
+                crate::observe::worker::bytes("up", data.len() as u64);
                 if let Some(r) = &mut self.remaining {
                     *r = r.saturating_sub(data.len() as u64);
                 }

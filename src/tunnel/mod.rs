@@ -34,6 +34,8 @@ pub use run::{Jitter, Tunnel, TunnelEnd};
 use crate::connect::http::{request_builder, response_head_from_parts};
 use crate::frame::{CloseCode, Message};
 use crate::gateway::BoxError;
+use crate::observe::worker as observe;
+use crate::observe::{ByteCount, Counted};
 use crate::proto::WorkerConfig;
 use crate::rt::pump::{self, Pump, PumpEnd};
 use crate::rt::{self, DriverError, ResponseSink, TokioTimer};
@@ -160,8 +162,10 @@ async fn refuse(req: rt::Request) {
     let Ok(head) = response_head_from_parts(&parts) else {
         return req.responder.fail();
     };
+    let _open = observe::stream_open();
     if let Ok(sink) = req.responder.respond(head) {
-        stream_body(body, sink).await;
+        let ok = stream_body(body, sink).await;
+        observe::request(if ok { "503" } else { "aborted" });
     }
 }
 
@@ -173,6 +177,7 @@ where
     B: Body,
     B::Error: Into<BoxError>,
 {
+    let _open = observe::stream_open();
     let rt::Request {
         head,
         body,
@@ -184,6 +189,7 @@ where
         Ok(Ok(r)) => r,
         _ => {
             tracing::debug!("a request the http crate cannot carry: {}", head.target());
+            observe::request("500");
             return responder.fail();
         }
     };
@@ -196,12 +202,17 @@ where
     };
     let response = tokio::select! {
         r = answer => r,
-        () = &mut gone => return, // the caller left: drop the app's work
+        () = &mut gone => {
+            // The caller left: drop the app's work (nginx's 499).
+            observe::request("499");
+            return;
+        }
     };
     let response = match response {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!("the service failed: {e}; answering 500");
+            observe::request("500");
             return responder.fail();
         }
     };
@@ -210,38 +221,59 @@ where
         Ok(h) => h,
         Err(e) => {
             tracing::warn!("the service's response cannot be sent: {e}; answering 500");
+            observe::request("500");
             return responder.fail();
         }
     };
+    let status = head.status().to_string();
     let Ok(sink) = responder.respond(head) else {
+        observe::request("499");
         return;
     };
     // A body that produces nothing more (a long poll, an event stream)
     // would otherwise live until the connection ends after its caller left.
-    tokio::select! {
-        () = stream_body(body, sink) => {}
-        () = gone => {} // the caller left mid-body: drop the app's body
-    }
+    let ok = tokio::select! {
+        ok = stream_body(body, sink) => ok,
+        () = gone => false, // the caller left mid-body: drop the app's body
+    };
+    observe::request(if ok { &status } else { "aborted" });
 }
 
 /// Streams `body` into `sink`, each piece going out as soon as the body
 /// pauses; a body error fails the response (`abort`) after what the body
 /// produced before it.
-async fn stream_body<B>(body: B, sink: ResponseSink)
+/// Whether the body went whole.
+async fn stream_body<B>(body: B, sink: ResponseSink) -> bool
 where
     B: Body,
     B::Error: Into<BoxError>,
 {
-    let mut pump = Pump::new(body, sink);
+    let count = ByteCount::default();
+    // Counted when this future ends or is dropped (the caller left).
+    let _down = CountOnDrop(count.clone());
+    let mut pump = Pump::new(Counted::new(Box::pin(body), count), sink);
     match poll_fn(|cx| pump.poll(cx)).await {
-        PumpEnd::Done => {}
-        PumpEnd::Refused(e) => tracing::debug!("the response body was refused: {e}"),
+        PumpEnd::Done => true,
+        PumpEnd::Refused(e) => {
+            tracing::debug!("the response body was refused: {e}");
+            false
+        }
         PumpEnd::SourceFailed(e) => {
             tracing::debug!("the response body failed: {e}; aborting");
             let mut sink = pump.into_sink();
             if pump::flush(&mut sink).await.is_ok() {
                 sink.fail();
             }
+            false
         }
+    }
+}
+
+/// Records the response body's bytes when dropped.
+struct CountOnDrop(ByteCount);
+
+impl Drop for CountOnDrop {
+    fn drop(&mut self) {
+        observe::bytes("down", self.0.get());
     }
 }

@@ -123,6 +123,8 @@ impl Tunnel {
             let verdict = match dialled {
                 Ok(socket) => {
                     tracing::info!("connected to {}", self.url);
+                    crate::observe::worker::connect("connected");
+                    crate::observe::worker::connected(true);
                     backoff.reset();
                     let (result, stopped) = super::serve_until(
                         socket,
@@ -132,6 +134,7 @@ impl Tunnel {
                         grace,
                     )
                     .await;
+                    crate::observe::worker::connected(false);
                     log_end(&result);
                     if stopped {
                         return TunnelEnd::Stopped;
@@ -146,6 +149,11 @@ impl Tunnel {
                     Verdict::closed()
                 }
                 Err(e) => {
+                    crate::observe::worker::connect(if e.verdict().is_final() {
+                        "refused"
+                    } else {
+                        "failed"
+                    });
                     if !e.verdict().is_final() {
                         tracing::warn!("dialling {}: {e}", self.url);
                     }

@@ -1,0 +1,188 @@
+//! One forwarded request as the operator sees it: its metrics and its
+//! access log line, recorded once, when it is over (its response body
+//! ended, failed, or was dropped).
+
+use crate::observe::ByteCount;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// The `tracing` target of the access log: one event per request that
+/// reached [`Forward`](super::Forward), at `info`, when its response is
+/// over, with the fields `worker`, `method`, `path` (without the query),
+/// `status` (or `aborted`: the response failed after it started),
+/// `bytes_up` (the caller's body), `bytes_down` (the response body),
+/// `duration_ms`, `end` (how it ended: `completed`, `caller_gone`,
+/// `worker_abort`, `lost`, `stall`, `overflow`, `protocol_error`,
+/// `timeout`, `caller_failed`, or `answered` for the gateway's own answer)
+/// and `peer`. No header value, so no token, is ever logged.
+pub const ACCESS_TARGET: &str = "worker_relay::access";
+
+/// The longest path an access log line carries (the rest is cut).
+const MAX_LOGGED_PATH: usize = 1024;
+
+pub(super) struct Access {
+    /// The worker's id if it is a known one, else `unknown` (the label is
+    /// bounded by the token table).
+    worker: String,
+    method: http::Method,
+    path: String,
+    peer: Option<SocketAddr>,
+    start: Instant,
+    status: u16,
+    /// A stream was opened on the worker's connection.
+    stream: bool,
+    /// How it ended.
+    pub end: &'static str,
+    /// The response failed after it started.
+    pub failed: bool,
+    pub up: ByteCount,
+    pub down: u64,
+    /// The response body is over (ended or failed).
+    over: bool,
+    /// The response's Content-Length: a server stops reading the body
+    /// once it has that many bytes, without asking for its end.
+    length: Option<u64>,
+}
+
+impl Access {
+    pub fn new(parts: &http::request::Parts) -> Access {
+        let mut path = parts.uri.path();
+        if path.len() > MAX_LOGGED_PATH {
+            let mut cut = MAX_LOGGED_PATH;
+            while !path.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            path = &path[..cut];
+        }
+        Access {
+            worker: "unknown".into(),
+            method: parts.method.clone(),
+            path: path.to_owned(),
+            peer: parts
+                .extensions
+                .get::<crate::server::PeerAddr>()
+                .map(|p| p.0),
+            start: Instant::now(),
+            status: 0,
+            stream: false,
+            end: "answered",
+            failed: false,
+            up: ByteCount::default(),
+            down: 0,
+            over: false,
+            length: None,
+        }
+    }
+
+    /// The request is for this known worker.
+    pub fn worker(&mut self, worker: &str) {
+        self.worker = worker.to_owned();
+    }
+
+    /// A stream was opened for it on the worker's connection.
+    pub fn stream_opened(&mut self) {
+        self.stream = true;
+        self.end = "completed";
+        record!(
+            metrics::gauge!("worker_relay_streams_open", "worker" => self.worker.clone())
+                .increment(1.0)
+        );
+    }
+
+    /// The response head is going to the caller.
+    pub fn head(&mut self, status: u16, headers: &http::HeaderMap) {
+        self.status = status;
+        // No body follows (RFC 9110 §6.4.1): nothing will be read.
+        if self.method == http::Method::HEAD || status == 204 || status == 304 {
+            self.length = Some(0);
+        } else {
+            self.length = headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
+        }
+        if self.stream {
+            let _ = self.start;
+            record!(metrics::histogram!("worker_relay_response_start_seconds", "worker" => self.worker.clone())
+                .record(self.start.elapsed().as_secs_f64()));
+        }
+    }
+}
+
+impl Access {
+    /// Whether the response body is over (ended or failed).
+    pub fn is_over(&self) -> bool {
+        self.over
+    }
+
+    /// The response body ended cleanly.
+    pub fn ended(&mut self) {
+        self.over = true;
+    }
+
+    /// The response body failed after the response started.
+    pub fn failed_with(&mut self, e: &crate::rt::BodyError) {
+        use crate::rt::BodyError;
+        self.over = true;
+        self.failed = true;
+        self.end = match e {
+            BodyError::Aborted => "worker_abort",
+            BodyError::ProtocolError => "protocol_error",
+            BodyError::Stalled => "stall",
+            BodyError::Overflow => "overflow",
+            BodyError::RequestAborted => "caller_failed",
+            _ => "lost",
+        };
+    }
+}
+
+impl Drop for Access {
+    fn drop(&mut self) {
+        if self.status == 0 {
+            // Dropped before its head: the caller left (nginx's 499).
+            self.status = 499;
+            self.end = "caller_gone";
+        } else if !self.over && self.length == Some(self.down) {
+            // All of it was read: the server did not need to ask for its end.
+        } else if !self.over && self.stream {
+            self.end = "caller_gone";
+        }
+        let took: Duration = self.start.elapsed();
+        let status = if self.failed {
+            "aborted".to_owned()
+        } else {
+            self.status.to_string()
+        };
+        let up = self.up.get();
+        record!({
+            let w = self.worker.clone();
+            metrics::counter!("worker_relay_requests_total", "worker" => w.clone(), "status" => status.clone()).increment(1);
+            metrics::histogram!("worker_relay_request_duration_seconds", "worker" => w.clone())
+                .record(took.as_secs_f64());
+            if up > 0 {
+                metrics::counter!("worker_relay_bytes_total", "worker" => w.clone(), "direction" => "up").increment(up);
+            }
+            if self.down > 0 {
+                metrics::counter!("worker_relay_bytes_total", "worker" => w.clone(), "direction" => "down").increment(self.down);
+            }
+            if self.stream {
+                metrics::gauge!("worker_relay_streams_open", "worker" => w.clone()).decrement(1.0);
+                metrics::counter!("worker_relay_stream_ends_total", "worker" => w, "reason" => self.end).increment(1);
+            }
+        });
+        let peer = self.peer.map_or_else(|| "-".to_owned(), |p| p.to_string());
+        tracing::info!(
+            target: ACCESS_TARGET,
+            worker = %self.worker,
+            method = %self.method,
+            path = %self.path,
+            status = %status,
+            bytes_up = up,
+            bytes_down = self.down,
+            duration_ms = took.as_secs_f64() * 1000.0,
+            end = %self.end,
+            peer = %peer,
+            "access"
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! What the gateway and the tunnel tell an operator: metrics, recorded
+//! through the [`metrics`](https://docs.rs/metrics) facade when the
+//! `metrics` feature is on (the program installs the exporter; without one
+//! every record is a no-op), and the access log, one `tracing` event per
+//! forwarded request with the target [`ACCESS_TARGET`](crate::gateway::ACCESS_TARGET).
+//!
+//! The names and labels are documented in `docs/operations.md`; dashboards
+//! and alerts depend on them, so they do not change. The `worker` label is
+//! bounded by the token table (and the authorisation hook's admitted
+//! workers): a request for an id the relay does not know is labelled
+//! `unknown`.
+
+use bytes::Buf;
+use http_body::{Body, Frame, SizeHint};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+#[cfg(feature = "metrics")]
+macro_rules! record {
+    ($($t:tt)*) => { { $($t)* } };
+}
+
+#[cfg(not(feature = "metrics"))]
+macro_rules! record {
+    ($($t:tt)*) => {};
+}
+
+/// The relay's side.
+pub(crate) mod relay {
+    /// A worker's handshake ended: `accepted`, `unauthorized`,
+    /// `bad_request`, `refused` (503: draining, a duplicate refused) or
+    /// `rate_limited` (429, flap damping).
+    pub fn handshake(result: &'static str) {
+        let _ = result;
+        record!(
+            metrics::counter!("worker_relay_handshakes_total", "result" => result).increment(1)
+        );
+    }
+
+    /// How many workers are connected now.
+    pub fn workers_connected(n: usize) {
+        let _ = n;
+        record!(metrics::gauge!("worker_relay_workers_connected").set(n as f64));
+    }
+
+    /// A worker connection was declared dead by its keepalive.
+    pub fn keepalive_timeout() {
+        record!(metrics::counter!("worker_relay_keepalive_timeouts_total").increment(1));
+    }
+
+    /// Bytes of slow callers' responses now in the overflow stores (a
+    /// change of `delta`).
+    #[cfg(feature = "metrics")]
+    pub fn overflow_bytes(delta: i64) {
+        let _ = delta;
+        record!({
+            let g = metrics::gauge!("worker_relay_overflow_bytes");
+            if delta >= 0 {
+                g.increment(delta as f64)
+            } else {
+                g.decrement(-delta as f64)
+            }
+        });
+    }
+}
+
+/// The worker's side.
+pub(crate) mod worker {
+    /// Whether the worker is connected now.
+    pub fn connected(up: bool) {
+        let _ = up;
+        record!(metrics::gauge!("worker_relay_worker_connected").set(if up { 1.0 } else { 0.0 }));
+    }
+
+    /// A dial ended: `connected`, `refused` (for good) or `failed` (retried).
+    pub fn connect(result: &'static str) {
+        let _ = result;
+        record!(
+            metrics::counter!("worker_relay_worker_connects_total", "result" => result)
+                .increment(1)
+        );
+    }
+
+    /// A request is being served; the guard counts it open until dropped.
+    pub fn stream_open() -> StreamGuard {
+        record!(metrics::gauge!("worker_relay_worker_streams_open").increment(1.0));
+        StreamGuard(())
+    }
+
+    /// Counts a request open on the worker while it lives.
+    pub struct StreamGuard(());
+
+    impl Drop for StreamGuard {
+        fn drop(&mut self) {
+            record!(metrics::gauge!("worker_relay_worker_streams_open").decrement(1.0));
+        }
+    }
+
+    /// A request was answered with `status` (a number, or `aborted` for a
+    /// response that failed after it started).
+    pub fn request(status: &str) {
+        let _ = status;
+        record!(
+            metrics::counter!("worker_relay_worker_requests_total", "status" => status.to_owned())
+                .increment(1)
+        );
+    }
+
+    /// Body bytes: `up` from the relay (requests), `down` to it.
+    pub fn bytes(direction: &'static str, n: u64) {
+        let _ = (direction, n);
+        record!(if n > 0 {
+            metrics::counter!("worker_relay_worker_bytes_total", "direction" => direction)
+                .increment(n)
+        });
+    }
+}
+
+/// A shared count of body bytes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ByteCount(Arc<AtomicU64>);
+
+impl ByteCount {
+    pub fn add(&self, n: usize) {
+        self.0.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A body whose data bytes are counted as they are read.
+pub(crate) struct Counted<B> {
+    body: B,
+    count: ByteCount,
+}
+
+impl<B> Counted<B> {
+    pub fn new(body: B, count: ByteCount) -> Counted<B> {
+        Counted { body, count }
+    }
+}
+
+impl<B: Body + Unpin> Body for Counted<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                self.count.add(data.remaining());
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
