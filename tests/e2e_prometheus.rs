@@ -10,8 +10,9 @@
 //!   should fire it, not on a healthy neighbour).
 //! - `prometheus_scrapes_relay_and_worker` (`#[ignore]`, the same): the
 //!   relay and worker examples with `--admin`, a known mix of requests
-//!   (20 × 200, 3 × 404, 1 × 401 from the worker, 1 handshake with a wrong
-//!   token), a `prometheus` on 127.0.0.1 scraping both every second with
+//!   (20 × 200, 3 × 404, 1 × 401 from the worker, 1 × 404 for a worker the
+//!   relay does not know, 1 handshake with a wrong token), a `prometheus`
+//!   on 127.0.0.1 scraping both every second with
 //!   `docs/alerts.yml` loaded; queries through its HTTP API return exactly
 //!   those counts; `promtool check metrics` passes on both expositions;
 //!   every metric exposed is documented with its type; `/workers` lists the
@@ -94,12 +95,15 @@ const ACCESS_FIELDS: &[&str] = &[
     "peer",
 ];
 
-/// The mix: successes, unknown paths (404 from the worker's app) and a
-/// request with a wrong worker token (401 from the worker's app).
+/// The mix: to worker `abc`, successes, unknown paths (404 from the
+/// worker's app) and a request with a wrong worker token (401 from the
+/// worker's app); and requests for a worker the relay does not know (404
+/// from the relay, labelled `worker="unknown"`, no stream opened).
 const OK: usize = 20;
 const NOT_FOUND: usize = 3;
 const UNAUTHORIZED: usize = 1;
 const REQUESTS: usize = OK + NOT_FOUND + UNAUTHORIZED;
+const UNKNOWN_WORKER: usize = 1;
 
 /// The level the examples log at in this run: the most verbose, where
 /// libraries log headers.
@@ -267,6 +271,10 @@ async fn scenario(scratch: &Scratch, secrets: &Secrets, run: &mut Run) -> Result
         .chain(std::iter::repeat_n(
             ("/w/abc/health", wrong_bearer.as_str()),
             UNAUTHORIZED,
+        ))
+        .chain(std::iter::repeat_n(
+            ("/w/nobody/health", bearer.as_str()),
+            UNKNOWN_WORKER,
         ));
     for (target, authorization) in mix {
         let status = get(relay_addr, target, &[("authorization", authorization)])
@@ -275,7 +283,11 @@ async fn scenario(scratch: &Scratch, secrets: &Secrets, run: &mut Run) -> Result
             .map_err(|e| format!("GET {target}: {e}"))?;
         *got.entry(status).or_insert(0usize) += 1;
     }
-    let want = BTreeMap::from([(200, OK), (401, UNAUTHORIZED), (404, NOT_FOUND)]);
+    let want = BTreeMap::from([
+        (200, OK),
+        (401, UNAUTHORIZED),
+        (404, NOT_FOUND + UNKNOWN_WORKER),
+    ]);
     if got != want {
         return Err(format!("the mix's statuses: {got:?}, expected {want:?}"));
     }
@@ -296,14 +308,21 @@ async fn scenario(scratch: &Scratch, secrets: &Secrets, run: &mut Run) -> Result
             n(OK),
         ),
         (
-            "sum(worker_relay_requests_total{status=\"404\"})",
+            "sum(worker_relay_requests_total{worker=\"abc\",status=\"404\"})",
             n(NOT_FOUND),
+        ),
+        (
+            "sum(worker_relay_requests_total{worker=\"unknown\",status=\"404\"})",
+            n(UNKNOWN_WORKER),
         ),
         (
             "sum(worker_relay_requests_total{status=\"401\"})",
             n(UNAUTHORIZED),
         ),
-        ("sum(worker_relay_requests_total)", n(REQUESTS)),
+        (
+            "sum(worker_relay_requests_total)",
+            n(REQUESTS + UNKNOWN_WORKER),
+        ),
         (
             "sum(worker_relay_worker_requests_total{status=\"404\"})",
             n(NOT_FOUND),
@@ -327,13 +346,19 @@ async fn scenario(scratch: &Scratch, secrets: &Secrets, run: &mut Run) -> Result
             n(REQUESTS),
         ),
         (
-            "sum(worker_relay_response_start_seconds_count{worker=\"abc\"})",
+            "sum(worker_relay_request_duration_seconds_count)",
+            n(REQUESTS + UNKNOWN_WORKER),
+        ),
+        // The time to the head only for requests that reached the worker.
+        (
+            "sum(worker_relay_response_start_seconds_count)",
             n(REQUESTS),
         ),
         (
             "sum(worker_relay_stream_ends_total{worker=\"abc\",reason=\"completed\"})",
             n(REQUESTS),
         ),
+        // Streams only for requests that reached the worker.
         ("sum(worker_relay_stream_ends_total)", n(REQUESTS)),
         ("sum(worker_relay_streams_open)", 0.0),
         ("sum(worker_relay_worker_streams_open)", 0.0),
@@ -740,7 +765,13 @@ fn check_access_log(log: &str) -> Result<(), String> {
         if path.contains('?') || path.contains("not-in-the-log") {
             return Err(format!("an access line with the query: {line}"));
         }
-        if text("worker") != "abc" || text("method") != "GET" || text("end") != "completed" {
+        let expected = match text("worker").as_str() {
+            // The relay's own answer: no stream was opened.
+            "unknown" => path == "/w/nobody/health" && text("end") == "answered",
+            "abc" => path.starts_with("/w/abc/") && text("end") == "completed",
+            _ => false,
+        };
+        if !expected || text("method") != "GET" {
             return Err(format!("an access line: {line}"));
         }
         if !text("peer").starts_with("127.0.0.1:") {
@@ -753,11 +784,12 @@ fn check_access_log(log: &str) -> Result<(), String> {
     let want = BTreeMap::from([
         ("200".to_string(), OK),
         ("401".to_string(), UNAUTHORIZED),
-        ("404".to_string(), NOT_FOUND),
+        ("404".to_string(), NOT_FOUND + UNKNOWN_WORKER),
     ]);
-    if lines != REQUESTS || statuses != want {
+    let all = REQUESTS + UNKNOWN_WORKER;
+    if lines != all || statuses != want {
         return Err(format!(
-            "the access log: {lines} lines with statuses {statuses:?}, expected {REQUESTS}: {want:?}"
+            "the access log: {lines} lines with statuses {statuses:?}, expected {all}: {want:?}"
         ));
     }
     println!("access log: {lines} lines, statuses {statuses:?}, every field");
