@@ -33,6 +33,12 @@
 //!   HTTP/1.1 and HTTP/2; TLS with feature `rustls`).
 //! - `tunnel` (feature `tower`): any `tower` HTTP service served as a
 //!   worker, with the reconnect loop.
+//! - Metrics (feature `metrics`): `gateway` and `tunnel` record requests,
+//!   statuses, latencies, bytes, stream ends and connections through the
+//!   [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the
+//!   program installs; every forwarded request is also one `tracing` event
+//!   of the access log ([`gateway::ACCESS_TARGET`]). The names and what
+//!   they mean: `docs/operations.md` in the repository.
 //!
 //! Each layer's page says what it is for and shows it in a short example;
 //! no layer reaches up (`frame` ← `proto` ← `connect`, `rt` ← `ws` ←

@@ -16,6 +16,8 @@
 mod client;
 #[path = "scaleout/nginx.rs"]
 mod nginx;
+#[path = "scaleout/support.rs"]
+mod scaleout;
 #[path = "e2e/support.rs"]
 mod support;
 #[path = "tls/support.rs"]
@@ -27,15 +29,14 @@ mod worker_app;
 
 use bytes::Bytes;
 use client::request;
+use scaleout::{connect_tokens, health, recovery, three_relays, token, tokens_text, Scratch};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{auth, example_bin, free_port, Proc, WORKER_TOKEN};
-use worker_relay::connect::{Refused, Token, TokenTable, Verdict, WorkerHandshake};
+use support::{auth, free_port, Proc, WORKER_TOKEN};
+use worker_relay::connect::{Refused, TokenTable, Verdict, WorkerHandshake};
 use worker_relay::gateway::Gateway;
 use worker_relay::server::{serve, ServerConfig};
 use worker_relay::ws;
@@ -44,31 +45,6 @@ const WORKERS: usize = 30;
 /// The bound on a failover, from the kill to the last of the dead
 /// relay's workers answering through nginx again.
 const FAILOVER_BOUND: Duration = Duration::from_secs(5);
-
-/// A connect token per worker, drawn at random for this run (never on a
-/// command line or in a log: the relays read them from a file).
-fn connect_tokens(n: usize) -> Vec<(String, String)> {
-    use std::hash::{BuildHasher, Hasher};
-    (0..n)
-        .map(|i| {
-            let mut secret = String::from("ct-");
-            for _ in 0..2 {
-                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-                h.write_usize(i);
-                secret.push_str(&format!("{:016x}", h.finish()));
-            }
-            (format!("w{i:02}"), secret)
-        })
-        .collect()
-}
-
-fn tokens_text(tokens: &[(String, String)]) -> String {
-    tokens.iter().map(|(id, t)| format!("{id} {t}\n")).collect()
-}
-
-fn token(secret: &str) -> Option<Token> {
-    Some(Token::new(secret).unwrap())
-}
 
 /// The verdict of one dial at `url` with `secret`.
 async fn dial(url: &str, secret: &str) -> Result<(), Verdict> {
@@ -190,7 +166,7 @@ fn the_scale_out_doc_shows_the_tested_configuration() {
 async fn nginx_terminates_tls_for_workers_and_callers() {
     let scratch = Scratch::new();
     let tokens = connect_tokens(3);
-    let (_relays, addrs) = three_relays(&scratch, &tokens);
+    let (_relays, addrs) = three_relays(&scratch, &tokens, &[]);
     let files = tls::TlsFiles::new();
     let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let conf = nginx::render_tls(
@@ -232,77 +208,6 @@ async fn nginx_terminates_tls_for_workers_and_callers() {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
-}
-
-/// A private directory for nginx and the tokens file (removed at the end).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "worker-relay-scaleout-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Three relay examples on free ports sharing a tokens file of `tokens`
-/// in `scratch`; once they accept.
-fn three_relays(scratch: &Scratch, tokens: &[(String, String)]) -> (Vec<Proc>, Vec<SocketAddr>) {
-    let file = scratch.0.join("tokens.txt");
-    std::fs::write(&file, tokens_text(tokens)).unwrap();
-    // The directory is readable by nginx's workers (user nobody); the
-    // tokens are for the relays (this user) only.
-    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
-    std::fs::set_permissions(&file, owner_only).unwrap();
-    let mut relays = Vec::new();
-    let mut addrs = Vec::new();
-    for _ in 0..3 {
-        let port = free_port();
-        relays.push(relay(port, &file));
-        addrs.push(SocketAddr::from(([127, 0, 0, 1], port)));
-    }
-    (relays, addrs)
-}
-
-/// The relay example on `port`, reading `tokens`; once it accepts.
-fn relay(port: u16, tokens: &Path) -> Proc {
-    let mut cmd = Command::new(example_bin("relay"));
-    cmd.arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--tokens")
-        .arg(tokens);
-    let p = Proc::spawn(cmd);
-    let end = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < end, "relay did not start: {}", p.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    p
-}
-
-/// The status of `GET /w/<id>/health` at `addr` (0: no answer).
-async fn health(addr: SocketAddr, id: &str) -> u16 {
-    let a = auth();
-    let target = format!("/w/{id}/health");
-    let r = tokio::time::timeout(
-        Duration::from_secs(5),
-        request(addr, "GET", &target, &[("authorization", &a)], Bytes::new()),
-    )
-    .await;
-    match r {
-        Ok(Ok(answer)) if answer.complete => answer.status,
-        _ => 0,
     }
 }
 
@@ -357,47 +262,12 @@ async fn poll(nginx: SocketAddr, ids: Vec<String>, stop: Arc<AtomicBool>, tally:
     }
 }
 
-/// How long after `since` each of `ids` answers 200 through nginx again
-/// (polled every 50 ms, at most 20 s), and the statuses seen meanwhile.
-async fn recovery(
-    nginx: SocketAddr,
-    ids: &[String],
-    since: Instant,
-) -> Vec<(String, Duration, Vec<u16>)> {
-    let tasks: Vec<_> = ids
-        .iter()
-        .map(|id| {
-            let id = id.clone();
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let end = since + Duration::from_secs(20);
-                while Instant::now() < end {
-                    let status = health(nginx, &id).await;
-                    if status == 200 {
-                        return (id, since.elapsed(), seen);
-                    }
-                    if seen.last() != Some(&status) {
-                        seen.push(status);
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                (id, Duration::MAX, seen)
-            })
-        })
-        .collect();
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx: run `bash .ci/scaleout`"]
 async fn three_relays_behind_nginx() {
     let scratch = Scratch::new();
     let tokens = connect_tokens(WORKERS);
-    let (mut relays, addrs) = three_relays(&scratch, &tokens);
+    let (mut relays, addrs) = three_relays(&scratch, &tokens, &[]);
     let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let conf = nginx::render(&scratch.0, listen, [addrs[0], addrs[1], addrs[2]]);
     let proxy = nginx::Nginx::start(&scratch.0, listen, &conf);

@@ -13,7 +13,7 @@
 //! - [`Forward`] forwards a caller's request `/w/<id>/<path>?<query>` to
 //!   worker `<id>` and streams the answer back as a [`GatewayBody`]: 404 for
 //!   an unknown worker or path, 503 (`Retry-After: 1`) for one that is not
-//!   connected or busy, 400 for a caller's body that fails and 408 for one
+//!   connected within [`GatewayBuilder::reconnect_wait`] (10 s) or busy, 400 for a caller's body that fails and 408 for one
 //!   silent past [`GatewayBuilder::upload_timeout`] (unless the worker has
 //!   answered by then), 502 when the worker fails, 504 when the worker
 //!   takes none of the body for [`GatewayBuilder::send_timeout`] or sends

@@ -161,9 +161,17 @@ pub fn relay_process_with(port: u16, args: &[&std::ffi::OsStr]) -> Proc {
 
 /// The worker example as a process, tokens in its environment only.
 pub fn worker_process(port: u16, connect_token: &str) -> Proc {
+    let url = format!("ws://127.0.0.1:{port}/connect");
+    worker_process_with(&url, connect_token, &[])
+}
+
+/// The worker example as a process dialling `url`, with `args` besides
+/// (`--threads 1`, …), tokens in its environment only.
+pub fn worker_process_with(url: &str, connect_token: &str, args: &[&str]) -> Proc {
     let mut cmd = Command::new(example_bin("worker"));
     cmd.arg("--connect")
-        .arg(format!("ws://127.0.0.1:{port}/connect"))
+        .arg(url)
+        .args(args)
         .env("STRATA_WORKER_CONNECT_TOKEN", connect_token)
         .env("STRATA_WORKER_TOKEN", WORKER_TOKEN);
     Proc::spawn(cmd)

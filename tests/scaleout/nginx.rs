@@ -1,6 +1,7 @@
 //! nginx for the scale-out test: its configuration from
 //! `tests/scaleout/nginx.conf.template`, a private directory, and a guard
 //! that stops it (and only it) on drop, panics included.
+#![allow(dead_code)] // shared by the scale-out tests, each using a part
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
