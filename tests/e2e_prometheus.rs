@@ -16,7 +16,8 @@
 //!   `docs/alerts.yml` loaded; queries through its HTTP API return exactly
 //!   those counts; `promtool check metrics` passes on both expositions;
 //!   every metric exposed is documented with its type; `/workers` lists the
-//!   worker; the access log has one line per request with its fields; and
+//!   worker; the access log has one line per request with its fields, the
+//!   refused handshake's line its peer's address; and
 //!   no token of the run appears in any log (relay and worker at `trace`),
 //!   exposition or `/workers`.
 
@@ -454,9 +455,13 @@ async fn scenario(scratch: &Scratch, secrets: &Secrets, run: &mut Run) -> Result
         expositions.push(text);
     }
 
-    // The access log: one line per request, with its fields.
+    // The access log: one line per request, with its fields; the refused
+    // handshake's line names its peer.
     let relay_log = run.relay.as_ref().unwrap().log();
     check_access_log(&relay_log)?;
+    if !relay_log.contains("refused a worker from 127.0.0.1:") {
+        return Err("no line of the refused handshake with its peer's address".into());
+    }
 
     // No token anywhere: the logs of every process (the relay and the
     // worker at trace), the expositions, /workers.
