@@ -39,26 +39,25 @@ trap cleanup EXIT
 worker_token="wt-$(secret)" connect_token="ct-$(secret)"
 (umask 077; echo "abc $connect_token" > "$dir/tokens.txt")
 
-# stack NAME LOG_FILTER ADMIN(yes|no): a relay and its worker; prints the relay's port.
+# stack NAME LOG_FILTER ADMIN(yes|no) PORT: a relay on PORT and its worker.
 stack() {
-    local name="$1" filter="$2" admin="$3" rp relay_admin=() worker_admin=()
-    rp="$(port)"
+    local name="$1" filter="$2" admin="$3" rp="$4" relay_admin=() worker_admin=()
     if [ "$admin" = yes ]; then
         relay_admin=(--admin "127.0.0.1:$(port)") worker_admin=(--admin "127.0.0.1:$(port)")
     fi
     RUST_LOG="$filter" "$bin/relay" --listen "127.0.0.1:$rp" --tokens "$dir/tokens.txt" \
-        "${relay_admin[@]}" 2> "$dir/$name-relay.log" &
+        "${relay_admin[@]}" > /dev/null 2> "$dir/$name-relay.log" &
     pids+=($!)
     wait_port "$rp"
     RUST_LOG="$filter" STRATA_WORKER_CONNECT_TOKEN="$connect_token" STRATA_WORKER_TOKEN="$worker_token" \
-        "$bin/worker" --connect "ws://127.0.0.1:$rp/connect" "${worker_admin[@]}" 2> "$dir/$name-worker.log" &
+        "$bin/worker" --connect "ws://127.0.0.1:$rp/connect" "${worker_admin[@]}" > /dev/null 2> "$dir/$name-worker.log" &
     pids+=($!)
     for _ in $(seq 200); do grep -q "worker abc connected" "$dir/$name-relay.log" && break; sleep 0.05; done
     grep -q "worker abc connected" "$dir/$name-relay.log" || { cat "$dir"/*.log >&2; exit 1; }
-    echo "$rp"
 }
-off_port="$(stack off "info,worker_relay::access=off" no)"
-on_port="$(stack on "info" yes)"
+off_port="$(port)" on_port="$(port)"
+stack off "info,worker_relay::access=off" no "$off_port"
+stack on "info" yes "$on_port"
 
 export E2E_WRK_AUTH="$worker_token"
 declare -A rate=()

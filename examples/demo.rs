@@ -31,7 +31,7 @@ fn random_token() -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    logging::init("demo");
+    let _log = logging::init("demo");
     let connect_token = Token::new(random_token())?;
     let worker_token = Token::new(random_token())?;
     let mut tokens = TokenTable::new();

@@ -83,7 +83,7 @@ fn main() -> ExitCode {
     if logging::json_requested().is_none() {
         return usage();
     }
-    logging::init("relay");
+    let _log = logging::init("relay");
     let (mut admin, mut stall) = (None, None);
     let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
     let (mut threads, mut cert, mut key) = (None, None, None);

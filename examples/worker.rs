@@ -140,7 +140,7 @@ fn main() -> ExitCode {
     ) else {
         return ExitCode::from(2);
     };
-    logging::init("worker");
+    let _log = logging::init("worker");
     if worker_token.is_none() {
         tracing::warn!("STRATA_WORKER_TOKEN is not set: anyone who can reach the relay URL can use this worker");
     }
@@ -197,7 +197,7 @@ fn serve_directly(
         eprintln!("worker: STRATA_WORKER_TOKEN is not a valid token");
         return ExitCode::from(2);
     };
-    logging::init("worker");
+    let _log = logging::init("worker");
     let runtime = runtime::build(threads).expect("tokio runtime");
     runtime.block_on(async {
         let listener = match tokio::net::TcpListener::bind(addr).await {

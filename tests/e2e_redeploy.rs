@@ -15,22 +15,14 @@ mod worker_app;
 
 use bytes::Bytes;
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{auth, example_bin, free_port, pattern, tokens_file, worker_process, Proc};
+use support::{auth, free_port, pattern, worker_process, Proc};
 use support::{CONNECT_TOKEN, WORKER_TOKEN};
 
 fn relay(port: u16) -> Proc {
-    let tokens = tokens_file(&format!("abc {CONNECT_TOKEN}\n"));
-    let mut cmd = Command::new(example_bin("relay"));
-    cmd.arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--tokens")
-        .arg(&tokens)
-        .env("RUST_LOG", "info");
-    let p = Proc::spawn(cmd);
+    let p = support::relay_process_with(port, &[]);
     assert!(
         p.wait_log("listening on", Duration::from_secs(20)),
         "{}",

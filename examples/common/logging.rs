@@ -22,8 +22,15 @@ pub fn json_requested() -> Option<bool> {
     }
 }
 
-/// Installs the subscriber; text lines start with `name`.
-pub fn init(name: &'static str) {
+/// Installs the subscriber; text lines start with `name`. Lines are
+/// written by a thread of their own, in batches (a line per request in the
+/// access log must not cost the serving threads a write each): keep the
+/// guard until the program ends, dropping it writes what is left.
+#[must_use = "dropping the guard stops the log"]
+pub fn init(name: &'static str) -> tracing_appender::non_blocking::WorkerGuard {
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .finish(std::io::BufWriter::new(std::io::stderr()));
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .add_directive("tungstenite=info".parse().expect("a valid directive"))
@@ -35,14 +42,14 @@ pub fn init(name: &'static str) {
             .with_current_span(false)
             .with_span_list(false)
             .with_env_filter(filter)
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .log_internal_errors(false)
             .try_init();
-        return;
+        return guard;
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_target(false)
         .without_time()
         .with_ansi(false)
@@ -50,6 +57,7 @@ pub fn init(name: &'static str) {
         .fmt_fields(tracing_subscriber::fmt::format::DefaultFields::new())
         .event_format(Prefixed(name))
         .try_init();
+    guard
 }
 
 /// `<name>: <message> key=value …`, as the examples have always logged.

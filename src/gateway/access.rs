@@ -42,10 +42,17 @@ pub(super) struct Access {
     /// The response's Content-Length: a server stops reading the body
     /// once it has that many bytes, without asking for its end.
     length: Option<u64>,
+    /// Where the metric handles are, and this worker's.
+    #[cfg(feature = "metrics")]
+    meters: (
+        std::sync::Arc<super::Inner>,
+        Option<std::sync::Arc<super::meters::WorkerMeters>>,
+    ),
 }
 
 impl Access {
-    pub fn new(parts: &http::request::Parts) -> Access {
+    pub fn new(parts: &http::request::Parts, inner: &std::sync::Arc<super::Inner>) -> Access {
+        let _ = inner;
         let mut path = parts.uri.path();
         if path.len() > MAX_LOGGED_PATH {
             let mut cut = MAX_LOGGED_PATH;
@@ -71,22 +78,36 @@ impl Access {
             down: 0,
             over: false,
             length: None,
+            #[cfg(feature = "metrics")]
+            meters: (inner.clone(), None),
         }
     }
 
     /// The request is for this known worker.
     pub fn worker(&mut self, worker: &str) {
         self.worker = worker.to_owned();
+        #[cfg(feature = "metrics")]
+        {
+            self.meters.1 = Some(self.meters.0.meters.worker(worker));
+        }
+    }
+
+    /// This request's worker's metric handles.
+    #[cfg(feature = "metrics")]
+    fn meters(&mut self) -> std::sync::Arc<super::meters::WorkerMeters> {
+        let (inner, mine) = &mut self.meters;
+        mine.get_or_insert_with(|| inner.meters.worker("unknown"))
+            .clone()
     }
 
     /// A stream was opened for it on the worker's connection.
     pub fn stream_opened(&mut self) {
+        if self.stream {
+            return; // sent again on another connection: one stream to count
+        }
         self.stream = true;
         self.end = "completed";
-        record!(
-            metrics::gauge!("worker_relay_streams_open", "worker" => self.worker.clone())
-                .increment(1.0)
-        );
+        record!(self.meters().streams_open.increment(1.0));
     }
 
     /// The response head is going to the caller.
@@ -102,8 +123,9 @@ impl Access {
                 .and_then(|v| v.parse().ok());
         }
         if self.stream {
-            let _ = self.start;
-            record!(metrics::histogram!("worker_relay_response_start_seconds", "worker" => self.worker.clone())
+            record!(self
+                .meters()
+                .response_start
                 .record(self.start.elapsed().as_secs_f64()));
         }
     }
@@ -155,19 +177,18 @@ impl Drop for Access {
         };
         let up = self.up.get();
         record!({
-            let w = self.worker.clone();
-            metrics::counter!("worker_relay_requests_total", "worker" => w.clone(), "status" => status.clone()).increment(1);
-            metrics::histogram!("worker_relay_request_duration_seconds", "worker" => w.clone())
-                .record(took.as_secs_f64());
+            let m = self.meters();
+            m.request(&status);
+            m.duration.record(took.as_secs_f64());
             if up > 0 {
-                metrics::counter!("worker_relay_bytes_total", "worker" => w.clone(), "direction" => "up").increment(up);
+                m.up.increment(up);
             }
             if self.down > 0 {
-                metrics::counter!("worker_relay_bytes_total", "worker" => w.clone(), "direction" => "down").increment(self.down);
+                m.down.increment(self.down);
             }
             if self.stream {
-                metrics::gauge!("worker_relay_streams_open", "worker" => w.clone()).decrement(1.0);
-                metrics::counter!("worker_relay_stream_ends_total", "worker" => w, "reason" => self.end).increment(1);
+                m.streams_open.decrement(1.0);
+                m.stream_end(self.end);
             }
         });
         let peer = self.peer.map_or_else(|| "-".to_owned(), |p| p.to_string());

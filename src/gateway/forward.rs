@@ -33,7 +33,7 @@ where
     let (parts, body) = req.into_parts();
     // Recorded when the response is over, or when this future is dropped
     // before it (the caller left).
-    let mut access = Access::new(&parts);
+    let mut access = Access::new(&parts, &inner);
     let body = Counted::new(Box::pin(body), access.up.clone());
     let resp = forward_parts(&inner, parts, body, &mut access).await;
     access.head(resp.status().as_u16(), resp.headers());

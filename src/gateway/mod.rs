@@ -72,6 +72,8 @@ mod access;
 mod authorize;
 mod body;
 mod forward;
+#[cfg(feature = "metrics")]
+mod meters;
 mod registry;
 mod upload;
 
@@ -127,6 +129,9 @@ struct Inner {
     draining: std::sync::atomic::AtomicBool,
     /// One clone per worker connection's task, alive until it ends.
     alive: Arc<()>,
+    /// The per-worker metric handles.
+    #[cfg(feature = "metrics")]
+    meters: meters::Meters,
 }
 
 /// Settings of a [`Gateway`]; from [`Gateway::builder`].
@@ -349,6 +354,8 @@ impl GatewayBuilder {
                 authorize,
                 draining: Default::default(),
                 alive: Arc::new(()),
+                #[cfg(feature = "metrics")]
+                meters: Default::default(),
                 registry: Registry::new(
                     self.duplicates,
                     self.presence_capacity,
