@@ -27,6 +27,80 @@ macro_rules! record {
     ($($t:tt)*) => {};
 }
 
+/// Gives every metric of `side` its help text and unit, for the recorder
+/// installed now (call it after installing one: a description given to
+/// none is lost). Cheap; called when a gateway is built and when a tunnel
+/// starts.
+#[cfg(feature = "metrics")]
+pub(crate) fn describe(relay_side: bool) {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    if relay_side {
+        describe_gauge!(
+            "worker_relay_workers_connected",
+            "Workers holding a connection to this relay now."
+        );
+        describe_counter!(
+            "worker_relay_handshakes_total",
+            "Workers' WebSocket handshakes by the relay's answer."
+        );
+        describe_counter!("worker_relay_requests_total", "Callers' requests that ended, by the status the caller got (aborted: failed after its head).");
+        describe_histogram!(
+            "worker_relay_request_duration_seconds",
+            Unit::Seconds,
+            "From a request's arrival to the end of its response."
+        );
+        describe_histogram!(
+            "worker_relay_response_start_seconds",
+            Unit::Seconds,
+            "From a request's arrival to its response head, for requests that reached the worker."
+        );
+        describe_gauge!(
+            "worker_relay_streams_open",
+            "Requests in flight to the worker now."
+        );
+        describe_counter!(
+            "worker_relay_bytes_total",
+            Unit::Bytes,
+            "Body bytes carried: up from callers, down to them."
+        );
+        describe_counter!(
+            "worker_relay_stream_ends_total",
+            "How each stream on a worker's connection ended."
+        );
+        describe_gauge!(
+            "worker_relay_overflow_bytes",
+            Unit::Bytes,
+            "Bytes of slow callers' responses held in the overflow stores now."
+        );
+        describe_counter!(
+            "worker_relay_keepalive_timeouts_total",
+            "Worker connections dropped because the keepalive found them dead."
+        );
+    } else {
+        describe_gauge!(
+            "worker_relay_worker_connected",
+            "1 while the worker holds a connection to its relay, else 0."
+        );
+        describe_counter!(
+            "worker_relay_worker_connects_total",
+            "The worker's dials by their outcome."
+        );
+        describe_counter!(
+            "worker_relay_worker_requests_total",
+            "Requests the worker served, by the status it sent (aborted: failed after its head)."
+        );
+        describe_gauge!(
+            "worker_relay_worker_streams_open",
+            "Requests in flight at the worker now."
+        );
+        describe_counter!(
+            "worker_relay_worker_bytes_total",
+            Unit::Bytes,
+            "Body bytes: up from callers, down to them."
+        );
+    }
+}
+
 /// The relay's side.
 pub(crate) mod relay {
     /// A worker's handshake ended: `accepted`, `unauthorized`,

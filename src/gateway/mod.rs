@@ -333,8 +333,12 @@ impl GatewayBuilder {
         self
     }
 
-    /// The gateway.
+    /// The gateway. With the `metrics` feature, its metrics are described
+    /// (help texts, units) to the recorder installed now: install one
+    /// first.
     pub fn build(self) -> Gateway {
+        #[cfg(feature = "metrics")]
+        crate::observe::describe(true);
         let authorize = self.authorize.map(|mut a| {
             a.timeout = self.authorize_timeout;
             a

@@ -115,6 +115,9 @@ impl Tunnel {
     {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut backoff = Backoff::new(self.backoff);
+        #[cfg(feature = "metrics")]
+        crate::observe::describe(false);
+        crate::observe::worker::connected(false);
         loop {
             let dialled = tokio::select! {
                 d = self.dialer.dial(&self.url, &self.handshake) => d,
