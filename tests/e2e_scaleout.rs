@@ -267,7 +267,10 @@ async fn poll(nginx: SocketAddr, ids: Vec<String>, stop: Arc<AtomicBool>, tally:
 async fn three_relays_behind_nginx() {
     let scratch = Scratch::new();
     let tokens = connect_tokens(WORKERS);
-    let (mut relays, addrs) = three_relays(&scratch, &tokens, &[]);
+    // `placement` asks every relay directly for every worker: one that
+    // does not hold it must say so at once (503), not wait the default
+    // 10 s for it to connect there.
+    let (mut relays, addrs) = three_relays(&scratch, &tokens, &["--reconnect-wait", "0"]);
     let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let conf = nginx::render(&scratch.0, listen, [addrs[0], addrs[1], addrs[2]]);
     let proxy = nginx::Nginx::start(&scratch.0, listen, &conf);
