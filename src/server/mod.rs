@@ -221,34 +221,36 @@ pub async fn serve_with_shutdown<S, B, F>(
     // Connections the kernel completed for this listener but nobody has
     // taken yet would be reset when it closes: take them, and serve each
     // one request (it need not wait: the shutdown is for what comes later).
-    loop {
-        let Some(Ok((stream, peer))) = now_or_never(listener.accept()) else {
-            break;
-        };
+    // Asked of the kernel directly, not through the runtime's cached
+    // readiness: a connection queued since the reactor last looked would
+    // otherwise be missed, and reset when the listener closes.
+    let mut queued = Vec::new();
+    match listener.into_std() {
+        Ok(std_listener) => {
+            while let Ok((stream, peer)) = std_listener.accept() {
+                queued.push((stream, peer));
+            }
+            drop(std_listener);
+        }
+        Err(e) => tracing::debug!("cannot take the queued connections: {e}"),
+    }
+    for (stream, peer) in queued {
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             break;
+        };
+        let stream = stream
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpStream::from_std(stream));
+        let Ok(stream) = stream else {
+            continue;
         };
         let (_never, unstopped) = tokio::sync::watch::channel(false);
         spawn_connection(stream, peer, &service, &config, unstopped, permit, true);
     }
-    drop(listener);
     let _ = stop_tx.send(true);
     tracing::info!("stopped accepting; waiting for the open HTTP connections to finish");
     // Every connection holds a slot until it is done.
     let _ = slots.acquire_many(max as u32).await;
-}
-
-/// The result of `fut` if it is ready at its first poll.
-fn now_or_never<F: std::future::Future>(fut: F) -> Option<F::Output> {
-    let mut fut = std::pin::pin!(fut);
-    let waker = std::task::Waker::noop();
-    match fut
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(waker))
-    {
-        std::task::Poll::Ready(out) => Some(out),
-        std::task::Poll::Pending => None,
-    }
 }
 
 /// Serves an accepted connection on a task of its own, holding `permit`;
