@@ -219,6 +219,7 @@ mod url;
 pub use crate::proto::{Keepalive, KeepaliveConfig};
 pub use backoff::{Backoff, BackoffConfig, BackoffConfigBuilder};
 pub use claimed::{decide_upgrade_at, decide_upgrade_for, ConnectRejected, ConnectTarget};
+#[cfg(feature = "tower")]
 pub(crate) use handshake::bearer_token;
 pub use handshake::{
     decide_upgrade, Accepted, Refused, Rejected, RequestHeaders, RetryReason, Verdict,

@@ -349,7 +349,14 @@ impl RelayHarness {
             self.closed_at = Some(self.now);
             let live: Vec<StreamKey> = self.ids_live.values().copied().collect();
             for key in live {
-                self.end_on_wire(key, RelayEnd::ConnectionLost, false);
+                // A stream whose request never went out ends `Unsent`: the
+                // worker never saw it.
+                let reason = if self.keys[&key].head_emitted {
+                    RelayEnd::ConnectionLost
+                } else {
+                    RelayEnd::Unsent
+                };
+                self.end_on_wire(key, reason, false);
             }
             for k in self.keys.values_mut() {
                 // Whatever was queued is gone with the connection, and no
