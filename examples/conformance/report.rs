@@ -14,6 +14,9 @@ pub enum Outcome {
     Skip(String),
     /// Observed, not judged (the protocol leaves the behaviour open).
     Info(String),
+    /// Against one of this kit's recommendations (not a "must" of the spec):
+    /// shown and counted, a failure only with `--strict`. The text names why.
+    Warn(String),
 }
 
 impl Outcome {
@@ -23,17 +26,32 @@ impl Outcome {
             Outcome::Fail(_) => "FAIL",
             Outcome::Skip(_) => "SKIP",
             Outcome::Info(_) => "INFO",
+            Outcome::Warn(_) => "WARN",
         }
     }
 
     pub fn text(&self) -> &str {
         match self {
-            Outcome::Pass(t) | Outcome::Fail(t) | Outcome::Skip(t) | Outcome::Info(t) => t,
+            Outcome::Pass(t)
+            | Outcome::Fail(t)
+            | Outcome::Skip(t)
+            | Outcome::Info(t)
+            | Outcome::Warn(t) => t,
         }
     }
 
     pub fn is_fail(&self) -> bool {
         matches!(self, Outcome::Fail(_))
+    }
+}
+
+/// `Pass` if `ok`, else `Warn` (a recommendation, not a rule of the spec),
+/// with the same text.
+pub fn recommend(ok: bool, text: impl Into<String>) -> Outcome {
+    if ok {
+        Outcome::Pass(text.into())
+    } else {
+        Outcome::Warn(text.into())
     }
 }
 
@@ -79,6 +97,7 @@ pub struct Summary {
     pub failed: usize,
     pub skipped: usize,
     pub info: usize,
+    pub warned: usize,
 }
 
 pub fn summarize(results: &[CaseResult]) -> Summary {
@@ -89,6 +108,7 @@ pub fn summarize(results: &[CaseResult]) -> Summary {
             Outcome::Fail(_) => s.failed += 1,
             Outcome::Skip(_) => s.skipped += 1,
             Outcome::Info(_) => s.info += 1,
+            Outcome::Warn(_) => s.warned += 1,
         }
     }
     s
@@ -97,8 +117,8 @@ pub fn summarize(results: &[CaseResult]) -> Summary {
 impl Summary {
     pub fn line(&self) -> String {
         format!(
-            "{} passed, {} failed ({} skipped, {} info)",
-            self.passed, self.failed, self.skipped, self.info
+            "{} passed, {} failed, {} warned ({} skipped, {} info)",
+            self.passed, self.failed, self.warned, self.skipped, self.info
         )
     }
 }
@@ -127,6 +147,7 @@ pub fn json(mode: &str, target: &str, results: &[CaseResult]) -> serde_json::Val
         "failed": s.failed,
         "skipped": s.skipped,
         "info": s.info,
+        "warned": s.warned,
         "cases": cases,
     })
 }

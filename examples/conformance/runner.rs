@@ -106,6 +106,13 @@ pub trait Context {
     fn unmet(&self, needs: Needs) -> Option<String>;
     /// Called before each case (drains what a previous case left behind).
     fn before_case(&mut self) -> impl Future<Output = ()>;
+    /// What the peer sent during the case that breaks the protocol whatever
+    /// the case is about (a bad id, malformed JSON, an oversized message …),
+    /// one line each; taking them clears them. A case that otherwise passed
+    /// fails for them.
+    fn take_violations(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 pub const CASE_LIMIT: Duration = Duration::from_secs(60);
@@ -134,6 +141,8 @@ pub async fn run<C: Context>(
         } else {
             // Getting ready is bounded too (a peer that never goes quiet).
             let _ = tokio::time::timeout(CASE_LIMIT, ctx.before_case()).await;
+            // What a previous case's leftovers did is not this case's fault.
+            let _ = ctx.take_violations();
             let limit = if case.long {
                 LONG_CASE_LIMIT
             } else {
@@ -146,7 +155,7 @@ pub async fn run<C: Context>(
             if case.terminal {
                 ended_by = Some(case.id);
             }
-            out
+            with_violations(out, ctx.take_violations())
         };
         let r = CaseResult {
             id: case.id,
@@ -158,6 +167,22 @@ pub async fn run<C: Context>(
         results.push(r);
     }
     results
+}
+
+/// A case's outcome with the protocol violations seen during it: any turns
+/// a pass (or a warning, or a note) into a failure naming them.
+pub fn with_violations(out: Outcome, seen: Vec<String>) -> Outcome {
+    if seen.is_empty() {
+        return out;
+    }
+    let seen = seen.join("; ");
+    match out {
+        Outcome::Fail(t) => Outcome::Fail(format!("{t}; also: {seen}")),
+        Outcome::Skip(t) => Outcome::Skip(t),
+        Outcome::Pass(t) | Outcome::Warn(t) | Outcome::Info(t) => {
+            Outcome::Fail(format!("{seen} (the case itself: {t})"))
+        }
+    }
 }
 
 /// `--list`: one line per case.
