@@ -22,8 +22,12 @@
 
 #[path = "conformance/cli.rs"]
 mod cli;
+#[path = "conformance/exec.rs"]
+mod exec;
 #[path = "conformance/http.rs"]
 mod http;
+#[path = "conformance/junit.rs"]
+mod junit;
 #[path = "conformance/kit.rs"]
 mod kit;
 #[path = "conformance/relay_cases_conn.rs"]
@@ -92,7 +96,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    if summary.failed > 0 {
+    if let Some(path) = &cfg.junit {
+        if let Err(e) = kit::write_junit(path, &run, cfg.strict) {
+            eprintln!("conformance: cannot write {path}: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    if summary.failed > 0 || (cfg.strict && summary.warned > 0) {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

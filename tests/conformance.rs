@@ -10,6 +10,8 @@
 #[path = "../examples/conformance/cli.rs"]
 #[allow(dead_code)] // the kit's own main uses the rest
 mod cli;
+#[path = "../examples/conformance/exec.rs"]
+mod exec;
 #[path = "conformance/fake_stream_relay.rs"]
 mod fake_stream_relay;
 #[path = "conformance/fake_worker.rs"]
@@ -20,6 +22,8 @@ mod fakes;
 mod holes;
 #[path = "../examples/conformance/http.rs"]
 mod http;
+#[path = "../examples/conformance/junit.rs"]
+mod junit;
 #[path = "../examples/conformance/kit.rs"]
 #[allow(dead_code)]
 mod kit;
@@ -89,7 +93,9 @@ fn relay_config(authority: String, pattern: Option<&str>) -> Config {
             long: false,
         },
         list: false,
+        strict: false,
         json: None,
+        junit: None,
     }
 }
 
@@ -103,13 +109,16 @@ fn worker_config(port: u16, app: App, pattern: Option<&str>) -> Config {
             app,
             wait: Duration::from_secs(30),
             final_wait: Duration::from_secs(3),
+            exec: None,
         }),
         selection: Selection {
             pattern: pattern.map(String::from),
             long: false,
         },
         list: false,
+        strict: false,
         json: None,
+        junit: None,
     }
 }
 
@@ -645,6 +654,42 @@ fn tokens_come_from_the_environment_never_the_command_line() {
     assert!(matches!(c.mode, Mode::Worker(ref w) if w.app == App::Strata));
     assert!(c.selection.long);
     assert!(cli::parse(&args(&["worker", "--app", "other"])).is_err());
+    // --exec: the kit makes up the tokens the environment does not give (so
+    // every case runs), listens on a port of the OS's choosing, and needs {url}.
+    let c = cli::parse(&args(&[
+        "worker",
+        "--exec",
+        "my-worker --connect {url}",
+        "--token-env",
+        "CONFORMANCE_TEST_UNSET_A",
+        "--worker-token-env",
+        "CONFORMANCE_TEST_UNSET_B",
+        "--strict",
+        "--junit",
+        "r.xml",
+    ]))
+    .unwrap();
+    let Mode::Worker(w) = &c.mode else {
+        panic!("worker mode")
+    };
+    let (ct, wt) = (w.token.clone().unwrap(), w.worker_token.clone().unwrap());
+    assert!(ct.starts_with("ct-") && ct.len() == 35, "{ct}");
+    assert!(wt.starts_with("wt-") && wt.len() == 35 && wt[3..] != ct[3..]);
+    assert_eq!(w.listen, "127.0.0.1:0");
+    assert_eq!(w.exec.as_deref(), Some("my-worker --connect {url}"));
+    assert!(c.strict && c.junit.as_deref() == Some("r.xml"));
+    // Debug never shows the tokens.
+    assert!(!format!("{c:?}").contains(&ct[3..]));
+    let e = cli::parse(&args(&["worker", "--exec", "my-worker"])).unwrap_err();
+    assert!(e.contains("{url}"), "{e}");
+    // Without --exec an unset variable stays unset (the worker has its own).
+    let c = cli::parse(&args(&[
+        "worker",
+        "--token-env",
+        "CONFORMANCE_TEST_UNSET_A",
+    ]))
+    .unwrap();
+    assert!(matches!(c.mode, Mode::Worker(ref w) if w.token.is_none() && w.exec.is_none()));
 }
 
 #[test]
@@ -684,6 +729,6 @@ fn list_and_json_name_every_case_with_its_section() {
     assert_eq!(results[0].line(), "PASS a.b §Frames 1 ms");
     assert_eq!(
         report::summarize(&results).line(),
-        "1 passed, 1 failed (0 skipped, 0 info)"
+        "1 passed, 1 failed, 0 warned (0 skipped, 0 info)"
     );
 }

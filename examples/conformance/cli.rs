@@ -12,21 +12,32 @@ usage:
       plays a worker (dials ws://HOST:PORT/connect with the connect token in
       $VAR, default STRATA_WORKER_CONNECT_TOKEN) and the HTTP callers of
       http://HOST:PORT/w/ID/...
-  conformance worker --listen HOST:PORT [--token-env VAR] [--worker-token-env VAR]
-                     [--app example|strata|health-only] [--wait SECS] [options]
-      plays the relay: the worker under test dials ws://HOST:PORT/connect.
+  conformance worker [--exec 'CMD {url}'] [--listen HOST:PORT] [--token-env VAR]
+                     [--worker-token-env VAR] [--app example|strata|health-only]
+                     [--wait SECS] [--final-wait SECS] [options]
+      plays the relay: the worker under test dials ws://HOST:PORT/connect
+      (--listen, default 127.0.0.1:0 with --exec, else 127.0.0.1:9000).
+      --exec: the kit starts the worker itself with `sh -c CMD`, {url}
+      replaced by the connect URL, and starts a fresh one for each terminal
+      case; the worker gets STRATA_WORKER_CONNECT_TOKEN and
+      STRATA_WORKER_TOKEN in its environment (made up if the variables
+      below are unset), never on its command line.
       --token-env: the connect token the worker must present (default
       STRATA_WORKER_CONNECT_TOKEN); --worker-token-env: the worker token sent
       in each request's Authorization (default STRATA_WORKER_TOKEN);
       --app: which routes the worker's app has (default health-only);
-      --wait: how long to wait for the worker's first dial (default 60).
+      --wait: how long to wait for the worker's first dial (default 60);
+      --final-wait: how long a worker refused with 401 must stay away
+      (default 10; with --exec its exit ends the wait).
 options:
   --case PATTERN   only the cases whose id contains PATTERN (* is a wildcard)
   --list           list the cases and exit
-  --long           also run the long cases (keepalive: ~20-40 s each)
+  --long           also run the long cases (~20-40 s each)
+  --strict         a WARN (a recommendation, not a rule of the spec) fails the run
   --json FILE      write a JSON report to FILE
-exit status: 0 all selected cases passed (or were skipped), 1 a case failed,
-2 bad usage or the peer could not be reached";
+  --junit FILE     write a JUnit XML report to FILE
+exit status: 0 no case failed (skips and warnings allowed, unless --strict),
+1 a case failed, 2 bad usage or the peer could not be reached";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum App {
@@ -71,6 +82,8 @@ pub struct WorkerTarget {
     pub wait: Duration,
     /// How long a refused worker must stay away (the final-refusal case).
     pub final_wait: Duration,
+    /// `--exec`: the command that starts the worker under test (`{url}` for its connect URL).
+    pub exec: Option<String>,
 }
 
 // Debug without the tokens: a `{:?}` in a log or a panic must not show them.
@@ -93,6 +106,7 @@ impl std::fmt::Debug for WorkerTarget {
             .field("app", &self.app)
             .field("wait", &self.wait)
             .field("final_wait", &self.final_wait)
+            .field("exec", &self.exec)
             .finish_non_exhaustive()
     }
 }
@@ -108,7 +122,10 @@ pub struct Config {
     pub mode: Mode,
     pub selection: Selection,
     pub list: bool,
+    /// `--strict`: a WARN fails the run.
+    pub strict: bool,
     pub json: Option<String>,
+    pub junit: Option<String>,
 }
 
 fn env_token(var: &str) -> Option<String> {
@@ -121,10 +138,10 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
     let mut opts: Vec<(String, Option<String>)> = Vec::new();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--list" | "--long" => opts.push((a.clone(), None)),
+            "--list" | "--long" | "--strict" => opts.push((a.clone(), None)),
             "--url" | "--worker-id" | "--token-env" | "--connect-path" | "--prefix"
             | "--listen" | "--worker-token-env" | "--app" | "--wait" | "--final-wait"
-            | "--case" | "--json" => {
+            | "--case" | "--json" | "--junit" | "--exec" => {
                 let v = it.next().ok_or(format!("{a} needs a value"))?;
                 opts.push((a.clone(), Some(v.clone())));
             }
@@ -193,6 +210,25 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
             let token_env =
                 get("--token-env").unwrap_or_else(|| "STRATA_WORKER_CONNECT_TOKEN".into());
             let wt_env = get("--worker-token-env").unwrap_or_else(|| "STRATA_WORKER_TOKEN".into());
+            let exec = get("--exec");
+            if exec.as_deref().is_some_and(|e| !e.contains("{url}")) {
+                return Err(
+                    "--exec: the command must contain {url}, where the connect URL goes".into(),
+                );
+            }
+            // With --exec the kit gives the worker its tokens: made up if the
+            // environment has none, so every case runs.
+            let made_up = |prefix: &str, var: &str| -> Result<Option<String>, String> {
+                match (env_token(var), &exec) {
+                    (Some(t), _) => Ok(Some(t)),
+                    (None, Some(_)) if !list => crate::exec::random_token(prefix)
+                        .map(Some)
+                        .map_err(|e| format!("--exec: no random source for a token: {e}")),
+                    (None, _) => Ok(None),
+                }
+            };
+            let token = made_up("ct-", &token_env)?;
+            let worker_token = made_up("wt-", &wt_env)?;
             let app = match get("--app").as_deref() {
                 None | Some("health-only") => App::HealthOnly,
                 Some("example") => App::Example,
@@ -203,14 +239,23 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                     ))
                 }
             };
+            let listen = get("--listen").unwrap_or_else(|| {
+                if exec.is_some() {
+                    "127.0.0.1:0"
+                } else {
+                    "127.0.0.1:9000"
+                }
+                .into()
+            });
             Mode::Worker(WorkerTarget {
-                listen: get("--listen").unwrap_or_else(|| "127.0.0.1:9000".into()),
-                token: env_token(&token_env),
+                listen,
+                token,
                 token_env,
-                worker_token: env_token(&wt_env),
+                worker_token,
                 app,
                 wait: secs("--wait", 60)?,
                 final_wait: secs("--final-wait", 10)?,
+                exec,
             })
         }
         other => return Err(format!("unknown mode {other}: relay or worker")),
@@ -219,6 +264,8 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
         mode,
         selection,
         list,
+        strict: has("--strict"),
         json: get("--json"),
+        junit: get("--junit"),
     })
 }

@@ -1,6 +1,7 @@
 //! One run of the kit: the mode's context and cases, the report.
 
 use crate::cli::{Config, Mode};
+use crate::exec::Exec;
 use crate::relay_ctx::RelayCtx;
 use crate::report::{self, CaseResult};
 use crate::runner::{self, Case};
@@ -61,21 +62,47 @@ pub async fn run(cfg: &Config, print: bool) -> Result<Run, String> {
                 .await
                 .map_err(|e| format!("cannot listen on {}: {e}", t.listen))?;
             let addr = ctx.local_addr();
+            let url = format!("ws://{addr}/connect");
+            if let Some(template) = &t.exec {
+                let token = t.token.clone().unwrap_or_default();
+                let mut exec = Exec::new(template.clone(), token, t.worker_token.clone());
+                if print {
+                    eprintln!("conformance: starting `{}`", exec.command_line(&url));
+                }
+                exec.start(&url).await?;
+                ctx.exec = Some(exec);
+            }
             if print {
                 eprintln!(
-                    "conformance: waiting up to {} s for the worker to dial ws://{addr}/connect",
+                    "conformance: waiting up to {} s for the worker to dial {url}",
                     t.wait.as_secs()
                 );
             }
-            let (s, hs) = ctx.next_dial(t.wait).await?;
+            let first = match ctx.next_dial(t.wait).await {
+                Ok(d) => d,
+                Err(e) => {
+                    let exited = ctx.exec.as_mut().and_then(|x| x.exited());
+                    if let Some(x) = ctx.exec.as_mut() {
+                        x.stop().await;
+                    }
+                    return Err(match exited {
+                        Some(status) => format!("{e}: the worker exited ({status})"),
+                        None => e,
+                    });
+                }
+            };
+            let (s, hs) = first;
             ctx.first = Some(hs.clone());
             ctx.conn = ctx
                 .answer(s, &hs, crate::worker_ctx::Answer::Accept)
                 .await?;
             let results = runner::run(&worker_cases(), &mut ctx, &cfg.selection, line).await;
+            if let Some(x) = ctx.exec.as_mut() {
+                x.stop().await;
+            }
             Ok(Run {
                 mode: "worker",
-                target: format!("worker dialling ws://{addr}/connect (app {})", t.app.name()),
+                target: format!("worker dialling {url} (app {})", t.app.name()),
                 results,
             })
         }
@@ -88,5 +115,13 @@ pub fn write_json(path: &str, run: &Run) -> std::io::Result<()> {
     std::fs::write(
         path,
         serde_json::to_string_pretty(&v).unwrap_or_default() + "\n",
+    )
+}
+
+/// Writes the JUnit XML report.
+pub fn write_junit(path: &str, run: &Run, strict: bool) -> std::io::Result<()> {
+    std::fs::write(
+        path,
+        crate::junit::xml(run.mode, &run.target, &run.results, strict),
     )
 }

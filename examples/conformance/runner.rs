@@ -113,6 +113,12 @@ pub trait Context {
     fn take_violations(&mut self) -> Vec<String> {
         Vec::new()
     }
+    /// A fresh peer for a terminal case after another terminal case (the
+    /// kit restarts the worker it started with `--exec`); `Err` says why
+    /// it cannot.
+    async fn fresh_peer(&mut self) -> Result<(), String> {
+        Err("the kit cannot start a fresh peer".into())
+    }
 }
 
 pub const CASE_LIMIT: Duration = Duration::from_secs(60);
@@ -133,9 +139,13 @@ pub async fn run<C: Context>(
             Outcome::Skip(why)
         } else if case.long && !sel.long_enabled(case) {
             Outcome::Skip("long case: run with --long or --case <this id>".into())
-        } else if let (true, Some(prev)) = (case.terminal, ended_by) {
+        } else if let Some(why) = match (case.terminal, ended_by) {
+            (true, Some(prev)) => ctx.fresh_peer().await.err().map(|e| (prev, e)),
+            _ => None,
+        } {
+            let (prev, e) = why;
             Outcome::Skip(format!(
-                "{prev} already refused the peer for good; run this case alone (--case {}) against a fresh peer",
+                "{prev} already refused the peer for good and {e}; run this case alone (--case {}) against a fresh peer, or give --exec",
                 case.id
             ))
         } else {
@@ -215,7 +225,36 @@ pub fn list<C>(cases: &[Case<C>], sel: &Selection) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::matches;
+    use super::{matches, with_violations};
+    use crate::report::Outcome;
+
+    #[test]
+    fn violations_turn_a_pass_a_warning_or_a_note_into_a_failure() {
+        let seen = || vec!["answered on id 0".to_string()];
+        for out in [
+            Outcome::Pass("ok".into()),
+            Outcome::Warn("policy".into()),
+            Outcome::Info("seen".into()),
+        ] {
+            let got = with_violations(out, seen());
+            assert!(
+                matches!(&got, Outcome::Fail(t) if t.starts_with("answered on id 0")),
+                "{got:?}"
+            );
+        }
+        assert_eq!(
+            with_violations(Outcome::Fail("bad".into()), seen()),
+            Outcome::Fail("bad; also: answered on id 0".into())
+        );
+        assert_eq!(
+            with_violations(Outcome::Skip("n/a".into()), seen()),
+            Outcome::Skip("n/a".into())
+        );
+        assert_eq!(
+            with_violations(Outcome::Pass("ok".into()), Vec::new()),
+            Outcome::Pass("ok".into())
+        );
+    }
 
     #[test]
     fn patterns() {

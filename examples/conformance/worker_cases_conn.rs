@@ -221,7 +221,25 @@ async fn refusal_final(ctx: &mut WorkerCtx) -> Outcome {
     tryf!(ctx.answer(s, &hs, Answer::Refuse(401)).await);
     let refused = Instant::now();
     let wait = ctx.t.final_wait;
-    match ctx.next_dial(wait).await {
+    // A worker the kit started: its exit ends the wait (a dial before it
+    // exits is still queued on the listener, and seen below).
+    let exited = match ctx.exec.as_mut() {
+        Some(x) => x.wait_exit(wait).await,
+        None => None,
+    };
+    if let Some(status) = exited {
+        return match ctx.next_dial(Duration::from_millis(300)).await {
+            Ok((_, again)) => Outcome::Fail(format!(
+                "refused with 401, it dialled again after {:.1} s, then exited ({status})",
+                again.at.duration_since(refused).as_secs_f64()
+            )),
+            Err(_) => Outcome::Pass(format!(
+                "refused with 401: no dial again; the worker exited ({status}) after {:.1} s",
+                refused.elapsed().as_secs_f64()
+            )),
+        };
+    }
+    match ctx.next_dial(wait.saturating_sub(refused.elapsed())).await {
         Ok((_, again)) => Outcome::Fail(format!(
             "refused with 401, it dialled again after {:.1} s",
             again.at.duration_since(refused).as_secs_f64()

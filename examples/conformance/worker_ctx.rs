@@ -75,6 +75,8 @@ pub struct WorkerCtx {
     pub first: Option<Handshake>,
     pub conn: Option<Conn>,
     raw: std::sync::Mutex<Option<TcpStream>>,
+    /// The worker the kit started (`--exec`), if it did.
+    pub exec: Option<crate::exec::Exec>,
 }
 
 impl Context for WorkerCtx {
@@ -93,6 +95,10 @@ impl Context for WorkerCtx {
                 self.conn = None;
             }
         }
+    }
+
+    async fn fresh_peer(&mut self) -> Result<(), String> {
+        self.restart_worker().await
     }
 }
 
@@ -118,6 +124,7 @@ impl WorkerCtx {
             first: None,
             conn: None,
             raw: std::sync::Mutex::new(None),
+            exec: None,
         })
     }
 
