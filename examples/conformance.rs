@@ -36,6 +36,8 @@ mod relay_cases_conn;
 mod relay_cases_http;
 #[path = "conformance/relay_cases_interactive.rs"]
 mod relay_cases_interactive;
+#[path = "conformance/relay_cases_slow.rs"]
+mod relay_cases_slow;
 #[path = "conformance/relay_cases_token.rs"]
 mod relay_cases_token;
 #[path = "conformance/relay_cases_unread.rs"]
@@ -48,6 +50,8 @@ mod report;
 mod runner;
 #[path = "conformance/tcp_state.rs"]
 mod tcp_state;
+#[path = "conformance/worker_cases_bounds.rs"]
+mod worker_cases_bounds;
 #[path = "conformance/worker_cases_conn.rs"]
 mod worker_cases_conn;
 #[path = "conformance/worker_cases_interactive.rs"]

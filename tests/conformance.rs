@@ -33,6 +33,8 @@ mod relay_cases_conn;
 mod relay_cases_http;
 #[path = "../examples/conformance/relay_cases_interactive.rs"]
 mod relay_cases_interactive;
+#[path = "../examples/conformance/relay_cases_slow.rs"]
+mod relay_cases_slow;
 #[path = "../examples/conformance/relay_cases_token.rs"]
 mod relay_cases_token;
 #[path = "../examples/conformance/relay_cases_unread.rs"]
@@ -49,6 +51,8 @@ mod runner;
 mod tcp_state;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
+#[path = "../examples/conformance/worker_cases_bounds.rs"]
+mod worker_cases_bounds;
 #[path = "../examples/conformance/worker_cases_conn.rs"]
 mod worker_cases_conn;
 #[path = "../examples/conformance/worker_cases_interactive.rs"]

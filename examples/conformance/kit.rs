@@ -10,6 +10,7 @@ use crate::{relay_cases_conn, relay_cases_http, worker_cases_conn, worker_cases_
 use crate::{
     relay_cases_interactive, relay_cases_token, relay_cases_unread, worker_cases_interactive,
 };
+use crate::{relay_cases_slow, worker_cases_bounds};
 
 pub fn relay_cases() -> Vec<Case<RelayCtx>> {
     let mut c = relay_cases_conn::cases();
@@ -19,6 +20,7 @@ pub fn relay_cases() -> Vec<Case<RelayCtx>> {
     c.extend(relay_cases_http::cases());
     c.extend(relay_cases_interactive::cases());
     c.extend(tail);
+    c.extend(relay_cases_slow::cases());
     c.extend(relay_cases_unread::cases());
     c
 }
@@ -26,7 +28,10 @@ pub fn relay_cases() -> Vec<Case<RelayCtx>> {
 pub fn worker_cases() -> Vec<Case<WorkerCtx>> {
     let mut c = worker_cases_streams::cases();
     c.extend(worker_cases_interactive::cases());
+    c.extend(worker_cases_bounds::cases());
     c.extend(worker_cases_conn::cases());
+    // The cases that leave the worker refused for good come last.
+    c.sort_by_key(|c| c.terminal);
     c
 }
 
