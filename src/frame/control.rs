@@ -277,16 +277,13 @@ fn parse_status(f: Option<LNum>) -> Result<u16, FrameError> {
     }
 }
 
-fn parse_headers(f: Option<LHeaders<'_>>) -> Result<Headers, FrameError> {
+fn parse_headers(f: Option<LHeaders>) -> Result<Headers, FrameError> {
     match f {
         None => Ok(Headers::new()),
         Some(LHeaders::Wrong) => Err(FrameError::WrongType("headers")),
         Some(LHeaders::OverLimit(e)) => Err(FrameError::HeadOverLimit(e)),
-        Some(LHeaders::Ok(pairs)) => Ok(Headers::try_from_pairs(
-            pairs
-                .into_iter()
-                .map(|(n, v)| (n.into_owned(), v.into_owned())),
-        )?),
+        Some(LHeaders::Invalid(e)) => Err(e.into()),
+        Some(LHeaders::Ok(h)) => Ok(h),
     }
 }
 
