@@ -983,3 +983,72 @@ proptest! {
         }
     }
 }
+
+// ------------------------------------------------------------------ differential: the fast scanner vs the serde path
+
+/// Ways to write a frame's text that a scanner may get wrong: another
+/// peer's formatting (Python's `", "` and `": "`), escapes, an unknown
+/// field, a repeated one, `null`, a float id, cut short, trailing bytes.
+fn rewrite(text: &str, how: u8, at: usize) -> String {
+    let cut = |s: &str| {
+        let mut i = at % (s.len() + 1);
+        while !s.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    match how % 12 {
+        0 => text.to_string(),
+        1 => text
+            .replace("\",\"", "\", \"")
+            .replace("\":", "\": ")
+            .replace(",[", ", ["),
+        2 => format!(" \n{}\t\r\n", text.replace(',', " ,\n ")),
+        3 => escape_non_ascii(text).replace("/", "\\/"),
+        4 => text.replacen('{', "{\"x-extra\":[1,{\"a\":null}],", 1),
+        5 => text.replacen("\"id\":", "\"id\":1,\"id\":", 1),
+        6 => text.replacen("\"headers\":", "\"headers\":null,\"h\":", 1),
+        7 => text.replacen("\"id\":", "\"id\":-", 1),
+        8 => text.replacen("\"id\":", "\"id\":0", 1),
+        9 => {
+            let i = cut(text);
+            text[..i].to_string()
+        }
+        10 => format!("{text}{}", &"},]x"[at % 4..]),
+        _ => {
+            let i = cut(text);
+            format!("{}\u{1}{}", &text[..i], &text[i..])
+        }
+    }
+}
+
+fn tight_limits(n: usize, bytes: usize) -> frame::HeadLimits {
+    let mut l = frame::HeadLimits::default();
+    l.max_headers = n;
+    l.max_head_bytes = bytes;
+    l
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn the_fast_scanner_agrees_with_the_serde_path(
+        text in prop_oneof![
+            3 => (control_frame(), any::<u8>(), any::<usize>())
+                .prop_map(|(f, how, at)| rewrite(&f.encode(), how, at)),
+            2 => gen_object().prop_map(|o| o.to_text()),
+            1 => json_ish(),
+        ],
+        n in 0usize..6,
+        bytes in 0usize..400,
+    ) {
+        prop_assert_eq!(frame::decode_text(&text), frame::decode_text_reference(&text, None), "{}", text);
+        let l = tight_limits(n, bytes);
+        prop_assert_eq!(
+            frame::decode_text_limited(&text, &l),
+            frame::decode_text_reference(&text, Some(&l)),
+            "{} with at most {} headers, {} bytes", text, n, bytes
+        );
+    }
+}

@@ -317,6 +317,17 @@ pub(crate) fn decode_control_limited(
     limits: Option<&HeadLimits>,
     wanted: Option<Wanted<'_>>,
 ) -> Result<Option<ControlFrame>, Refused> {
+    decode_control_with(text, limits, wanted, true)
+}
+
+/// [`decode_control_limited`], with the fast scanner (`fast`) or by the
+/// `serde` reference path alone.
+pub(crate) fn decode_control_with(
+    text: &str,
+    limits: Option<&HeadLimits>,
+    wanted: Option<Wanted<'_>>,
+    fast: bool,
+) -> Result<Option<ControlFrame>, Refused> {
     if text.len() > MAX_MESSAGE_LEN {
         return Err(FrameError::TooLarge {
             len: text.len(),
@@ -335,10 +346,29 @@ pub(crate) fn decode_control_limited(
         }
         .into());
     }
-    let Some(raw) = RawFrame::parse(text, limits, wanted)
-        .map_err(|e| FrameError::InvalidJson(e.to_string()))?
-    else {
-        return Ok(None);
+    let scanned = if fast {
+        super::fast::scan(text, limits)
+    } else {
+        None
+    };
+    let raw = match scanned {
+        // The plain frames peers send: scanned without serde, the same answer.
+        Some(raw) => {
+            if let (Some(wanted), Some(LStr::Str(ty)), Some(LNum::U(id))) =
+                (wanted, &raw.ty, &raw.id)
+            {
+                if !wanted(ty, *id) {
+                    return Ok(None);
+                }
+            }
+            raw
+        }
+        None => match RawFrame::parse(text, limits, wanted)
+            .map_err(|e| FrameError::InvalidJson(e.to_string()))?
+        {
+            Some(raw) => raw,
+            None => return Ok(None),
+        },
     };
     let ty = req_str(raw.ty, "type")?;
     let frame = match &*ty {

@@ -12,6 +12,14 @@ pub fn frame_decode(data: &[u8]) {
     let res = frame::decode_text(&text);
     check_decoded(&res, text.len());
     check_headers_against_value(&text, &res);
+    // The fast scanner tried first must give the serde path's answer.
+    assert_eq!(res, frame::decode_text_reference(&text, None), "{text}");
+    let limits = frame::HeadLimits::default();
+    assert_eq!(
+        frame::decode_text_limited(&text, &limits),
+        frame::decode_text_reference(&text, Some(&limits)),
+        "{text}"
+    );
     if let Ok(d) = &res {
         if let Some(msg) = d.to_message() {
             assert_eq!(frame::decode(&msg).expect("a data message").as_ref(), Ok(d));
