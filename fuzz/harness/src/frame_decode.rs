@@ -81,7 +81,11 @@ fn check_headers_against_value(text: &str, res: &Result<Decoded, FrameError>) {
         Ok(Decoded::Control(ControlFrame::Response { head, .. })) => head.headers(),
         _ => return,
     };
-    let v: serde_json::Value = serde_json::from_str(text).expect("a decoded frame is JSON");
+    // Value refuses what the decoder skips unread (a lone surrogate escape in
+    // an unknown field): only a text both read is compared.
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
+        return;
+    };
     let expected: Vec<(String, String)> = match v.get("headers") {
         None | Some(serde_json::Value::Null) => Vec::new(),
         Some(list) => list
