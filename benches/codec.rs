@@ -234,6 +234,10 @@ fn control(c: &mut Criterion) {
         g.bench_function(BenchmarkId::new("decode_text", name), |b| {
             b.iter(|| black_box(frame::decode_text(black_box(&text)).unwrap()))
         });
+        // The same text by the serde path alone (the scanner's reference).
+        g.bench_function(BenchmarkId::new("decode_text_reference", name), |b| {
+            b.iter(|| black_box(frame::decode_text_reference(black_box(&text), None).unwrap()))
+        });
         g.bench_function(BenchmarkId::new("encode", name), |b| {
             b.iter(|| black_box(black_box(&f).encode()))
         });

@@ -900,3 +900,155 @@ fn many_headers_round_trip() {
     };
     assert_eq!(frame::decode_text(&f.encode()), Ok(Decoded::Control(f)));
 }
+
+// ------------------------------------------------------------------ differential: the decoder vs serde_json::Value
+
+/// The reference decoder of a head's headers: `serde_json::Value`, then the
+/// pairs checked one by one (the decoder writes them into one buffer as it
+/// parses instead, issue 28). `Ok(None)`: no headers field.
+fn reference_headers(text: &str) -> Result<Option<Vec<(String, String)>>, &'static str> {
+    let v: Value = serde_json::from_str(text).map_err(|_| "not JSON")?;
+    let Some(h) = v.get("headers") else {
+        return Ok(None);
+    };
+    if h.is_null() {
+        return Ok(None);
+    }
+    let list = h.as_array().ok_or("wrong type")?;
+    let mut out = Vec::new();
+    for p in list {
+        match p.as_array().map(Vec::as_slice) {
+            Some([Value::String(n), Value::String(v)]) => out.push((n.clone(), v.clone())),
+            _ => return Err("wrong type"),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// A header name or value as a broken peer might send it: valid text, a
+/// char above U+00FF, CR/LF, escapes JSON must undo.
+fn wild_text() -> impl Strategy<Value = String> {
+    vec(
+        prop_oneof![
+            8 => value_char(),
+            1 => Just('"'),
+            1 => Just('\\'),
+            1 => Just('\r'),
+            1 => Just('\u{20ac}'),
+            1 => Just(' '),
+        ],
+        0..=12,
+    )
+    .prop_map(|c| c.into_iter().collect())
+}
+
+proptest! {
+    #[test]
+    fn decoded_headers_match_the_value_reference(
+        pairs in vec(
+            prop_oneof![
+                3 => (header_name(), header_value()).prop_map(|(n, v)| json!([n, v])),
+                2 => (wild_text(), wild_text()).prop_map(|(n, v)| json!([n, v])),
+                1 => (0usize..4).prop_map(|i| [json!(["a"]), json!(["a", "b", "c"]), json!([1, "b"]), json!("x")][i].clone()),
+            ],
+            0..10,
+        ),
+        escape_all in any::<bool>(),
+    ) {
+        let frame = json!({"type": "response", "id": 7, "status": 200, "headers": pairs});
+        let mut text = frame.to_string();
+        if escape_all {
+            // The same text with every non-ASCII char as a \u escape.
+            text = text.chars().map(|c| if c.is_ascii() { c.to_string() } else { format!("\\u{:04x}", c as u32) }).collect();
+        }
+        let reference = reference_headers(&text);
+        let decoded = frame::decode_text(&text);
+        match (&reference, &decoded) {
+            (Ok(Some(expected)), Ok(Decoded::Control(ControlFrame::Response { head, .. }))) => {
+                let got: Vec<(String, String)> = head.headers().clone().into_vec();
+                prop_assert_eq!(&got, expected);
+                let by_iter: Vec<(&str, &str)> = head.headers().iter().collect();
+                prop_assert_eq!(by_iter.len(), expected.len());
+                // Rebuilt from the reference's pairs, the list is equal, as is its JSON.
+                let rebuilt = Headers::try_from_pairs(expected.iter().cloned()).unwrap();
+                prop_assert_eq!(&rebuilt, head.headers());
+                prop_assert_eq!(serde_json::to_value(head.headers()).unwrap(), serde_json::to_value(expected).unwrap());
+            }
+            (Ok(Some(expected)), Err(FrameError::InvalidHeader(e))) => {
+                // The reference's pairs hold the same fault at the same index.
+                prop_assert_eq!(Headers::try_from_pairs(expected.iter().cloned()).unwrap_err(), *e);
+            }
+            (Err("wrong type"), Err(FrameError::WrongType("headers"))) => {}
+            (r, d) => prop_assert!(false, "reference {:?} but decoded {:?} for {}", r, d, text),
+        }
+    }
+}
+
+// ------------------------------------------------------------------ differential: the fast scanner vs the serde path
+
+/// Ways to write a frame's text that a scanner may get wrong: another
+/// peer's formatting (Python's `", "` and `": "`), escapes, an unknown
+/// field, a repeated one, `null`, a float id, cut short, trailing bytes.
+fn rewrite(text: &str, how: u8, at: usize) -> String {
+    let cut = |s: &str| {
+        let mut i = at % (s.len() + 1);
+        while !s.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    match how % 12 {
+        0 => text.to_string(),
+        1 => text
+            .replace("\",\"", "\", \"")
+            .replace("\":", "\": ")
+            .replace(",[", ", ["),
+        2 => format!(" \n{}\t\r\n", text.replace(',', " ,\n ")),
+        3 => escape_non_ascii(text).replace("/", "\\/"),
+        4 => text.replacen('{', "{\"x-extra\":[1,{\"a\":null}],", 1),
+        5 => text.replacen("\"id\":", "\"id\":1,\"id\":", 1),
+        6 => text.replacen("\"headers\":", "\"headers\":null,\"h\":", 1),
+        7 => text.replacen("\"id\":", "\"id\":-", 1),
+        8 => text.replacen("\"id\":", "\"id\":0", 1),
+        9 => {
+            let i = cut(text);
+            text[..i].to_string()
+        }
+        10 => format!("{text}{}", &"},]x"[at % 4..]),
+        _ => {
+            let i = cut(text);
+            format!("{}\u{1}{}", &text[..i], &text[i..])
+        }
+    }
+}
+
+fn tight_limits(n: usize, bytes: usize) -> frame::HeadLimits {
+    let mut l = frame::HeadLimits::default();
+    l.max_headers = n;
+    l.max_head_bytes = bytes;
+    l
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn the_fast_scanner_agrees_with_the_serde_path(
+        text in prop_oneof![
+            3 => (control_frame(), any::<u8>(), any::<usize>())
+                .prop_map(|(f, how, at)| rewrite(&f.encode(), how, at)),
+            2 => gen_object().prop_map(|o| o.to_text()),
+            1 => json_ish(),
+        ],
+        n in 0usize..6,
+        bytes in 0usize..400,
+    ) {
+        prop_assert_eq!(frame::decode_text(&text), frame::decode_text_reference(&text, None), "{}", text);
+        let l = tight_limits(n, bytes);
+        prop_assert_eq!(
+            frame::decode_text_limited(&text, &l),
+            frame::decode_text_reference(&text, Some(&l)),
+            "{} with at most {} headers, {} bytes", text, n, bytes
+        );
+    }
+}

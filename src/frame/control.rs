@@ -277,16 +277,13 @@ fn parse_status(f: Option<LNum>) -> Result<u16, FrameError> {
     }
 }
 
-fn parse_headers(f: Option<LHeaders<'_>>) -> Result<Headers, FrameError> {
+fn parse_headers(f: Option<LHeaders>) -> Result<Headers, FrameError> {
     match f {
         None => Ok(Headers::new()),
         Some(LHeaders::Wrong) => Err(FrameError::WrongType("headers")),
         Some(LHeaders::OverLimit(e)) => Err(FrameError::HeadOverLimit(e)),
-        Some(LHeaders::Ok(pairs)) => Ok(Headers::try_from_pairs(
-            pairs
-                .into_iter()
-                .map(|(n, v)| (n.into_owned(), v.into_owned())),
-        )?),
+        Some(LHeaders::Invalid(e)) => Err(e.into()),
+        Some(LHeaders::Ok(h)) => Ok(h),
     }
 }
 
@@ -320,6 +317,17 @@ pub(crate) fn decode_control_limited(
     limits: Option<&HeadLimits>,
     wanted: Option<Wanted<'_>>,
 ) -> Result<Option<ControlFrame>, Refused> {
+    decode_control_with(text, limits, wanted, true)
+}
+
+/// [`decode_control_limited`], with the fast scanner (`fast`) or by the
+/// `serde` reference path alone.
+pub(crate) fn decode_control_with(
+    text: &str,
+    limits: Option<&HeadLimits>,
+    wanted: Option<Wanted<'_>>,
+    fast: bool,
+) -> Result<Option<ControlFrame>, Refused> {
     if text.len() > MAX_MESSAGE_LEN {
         return Err(FrameError::TooLarge {
             len: text.len(),
@@ -338,10 +346,29 @@ pub(crate) fn decode_control_limited(
         }
         .into());
     }
-    let Some(raw) = RawFrame::parse(text, limits, wanted)
-        .map_err(|e| FrameError::InvalidJson(e.to_string()))?
-    else {
-        return Ok(None);
+    let scanned = if fast {
+        super::fast::scan(text, limits)
+    } else {
+        None
+    };
+    let raw = match scanned {
+        // The plain frames peers send: scanned without serde, the same answer.
+        Some(raw) => {
+            if let (Some(wanted), Some(LStr::Str(ty)), Some(LNum::U(id))) =
+                (wanted, &raw.ty, &raw.id)
+            {
+                if !wanted(ty, *id) {
+                    return Ok(None);
+                }
+            }
+            raw
+        }
+        None => match RawFrame::parse(text, limits, wanted)
+            .map_err(|e| FrameError::InvalidJson(e.to_string()))?
+        {
+            Some(raw) => raw,
+            None => return Ok(None),
+        },
     };
     let ty = req_str(raw.ty, "type")?;
     let frame = match &*ty {

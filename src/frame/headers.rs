@@ -99,25 +99,62 @@ pub const HOP_BY_HOP: &[&str] = &[
 ///
 /// The invariant is kept by every constructor, so a `Headers` can be written to
 /// an HTTP message without risk of header injection.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(transparent)]
-pub struct Headers(Vec<(String, String)>);
+///
+/// The pairs live in one string, back to back, with the offsets where each
+/// name and value ends: a list costs two allocations however many pairs it
+/// holds (decoding, cloning and dropping a head stay cheap).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Headers {
+    /// Every name and value, back to back.
+    text: String,
+    /// For each pair, where its name ends and where its value ends in
+    /// `text`; its name starts where the previous value ends.
+    ends: Vec<(usize, usize)>,
+}
+
+impl std::fmt::Debug for Headers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl serde::Serialize for Headers {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.len()))?;
+        for pair in self.iter() {
+            seq.serialize_element(&pair)?;
+        }
+        seq.end()
+    }
+}
 
 impl Headers {
     /// An empty list.
     pub fn new() -> Headers {
-        Headers(Vec::new())
+        Headers::default()
+    }
+
+    /// An empty list with room for `pairs` pairs of `bytes` bytes of text in all.
+    pub fn with_capacity(pairs: usize, bytes: usize) -> Headers {
+        Headers {
+            text: String::with_capacity(bytes),
+            ends: Vec::with_capacity(pairs),
+        }
     }
 
     /// Builds a list from pairs, validating each.
     pub fn try_from_pairs<I, N, V>(pairs: I) -> Result<Headers, HeaderError>
     where
         I: IntoIterator<Item = (N, V)>,
-        N: Into<String>,
-        V: Into<String>,
+        N: AsRef<str>,
+        V: AsRef<str>,
     {
         let pairs = pairs.into_iter();
-        let mut h = Headers(Vec::with_capacity(pairs.size_hint().0));
+        let mut h = Headers {
+            text: String::new(),
+            ends: Vec::with_capacity(pairs.size_hint().0),
+        };
         for (n, v) in pairs {
             h.try_push(n, v)?;
         }
@@ -131,10 +168,18 @@ impl Headers {
         I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
     {
         let mut h = Headers::new();
-        for (n, v) in pairs {
-            let index = h.len();
-            let name = std::str::from_utf8(n).map_err(|_| HeaderError::InvalidName { index })?;
-            h.try_push(name, latin1_to_string(v))?;
+        for (i, (n, v)) in pairs.into_iter().enumerate() {
+            let name = std::str::from_utf8(n).map_err(|_| HeaderError::InvalidName { index: i })?;
+            if !is_token(name) {
+                return Err(HeaderError::InvalidName { index: i });
+            }
+            if v.iter().any(|&b| matches!(b, b'\r' | b'\n' | 0)) {
+                return Err(HeaderError::ForbiddenChar { index: i });
+            }
+            h.text.push_str(name);
+            let name_end = h.text.len();
+            h.text.extend(v.iter().map(|&b| char::from(b)));
+            h.ends.push((name_end, h.text.len()));
         }
         Ok(h)
     }
@@ -142,33 +187,41 @@ impl Headers {
     /// Appends one pair after validating it.
     pub fn try_push(
         &mut self,
-        name: impl Into<String>,
-        value: impl Into<String>,
+        name: impl AsRef<str>,
+        value: impl AsRef<str>,
     ) -> Result<(), HeaderError> {
-        let (name, value) = (name.into(), value.into());
-        check_header(&name, &value, self.0.len())?;
-        self.0.push((name, value));
+        let (name, value) = (name.as_ref(), value.as_ref());
+        check_header(name, value, self.ends.len())?;
+        self.text.push_str(name);
+        let name_end = self.text.len();
+        self.text.push_str(value);
+        self.ends.push((name_end, self.text.len()));
         Ok(())
     }
 
     /// Number of pairs.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.ends.len()
     }
 
     /// Whether the list is empty.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.ends.is_empty()
     }
 
     /// The pairs in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        let mut start = 0;
+        self.ends.iter().map(move |&(name_end, value_end)| {
+            let pair = (&self.text[start..name_end], &self.text[name_end..value_end]);
+            start = value_end;
+            pair
+        })
     }
 
     /// The pairs in order as raw bytes (values encoded back to Latin-1).
     pub fn iter_raw(&self) -> impl Iterator<Item = (&[u8], Vec<u8>)> {
-        self.0.iter().map(|(n, v)| {
+        self.iter().map(|(n, v)| {
             let value = string_to_latin1(v).expect("Headers holds only Latin-1 values");
             (n.as_bytes(), value)
         })
@@ -176,10 +229,9 @@ impl Headers {
 
     /// The first value of the header `name` (case-insensitive).
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
+        self.iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v)
     }
 
     /// Every value of the header `name` (case-insensitive), in order.
@@ -189,9 +241,23 @@ impl Headers {
             .map(|(_, v)| v)
     }
 
+    /// The pairs for which `keep` holds, in order.
+    fn filtered(&self, mut keep: impl FnMut(&str) -> bool) -> Headers {
+        let mut h = Headers::with_capacity(self.len(), self.text.len());
+        for (n, v) in self.iter().filter(|(n, _)| keep(n)) {
+            h.text.push_str(n);
+            let name_end = h.text.len();
+            h.text.push_str(v);
+            h.ends.push((name_end, h.text.len()));
+        }
+        h
+    }
+
     /// Removes every header named `name` (case-insensitive).
     pub fn remove(&mut self, name: &str) {
-        self.0.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        if self.get(name).is_some() {
+            *self = self.filtered(|n| !n.eq_ignore_ascii_case(name));
+        }
     }
 
     /// The Content-Length, if any. Several values (repeated headers or a comma
@@ -229,18 +295,27 @@ impl Headers {
 
     /// This list minus hop-by-hop headers (see [`Headers::is_hop_by_hop`]).
     pub fn without_hop_by_hop(&self) -> Headers {
-        Headers(
-            self.0
-                .iter()
-                .filter(|(n, _)| !self.is_hop_by_hop(n))
-                .cloned()
-                .collect(),
-        )
+        // `Connection` names more hop-by-hop headers only when it is there:
+        // without it each name is judged by itself.
+        let listed = self.get("connection").is_some();
+        let hop = |n: &str| {
+            if listed {
+                self.is_hop_by_hop(n)
+            } else {
+                is_hop_by_hop_name(n)
+            }
+        };
+        if !self.iter().any(|(n, _)| hop(n)) {
+            return self.clone();
+        }
+        self.filtered(|n| !hop(n))
     }
 
     /// The pairs, consuming the list.
     pub fn into_vec(self) -> Vec<(String, String)> {
-        self.0
+        self.iter()
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+            .collect()
     }
 }
 
@@ -255,10 +330,7 @@ pub fn is_hop_by_hop_name(name: &str) -> bool {
 impl TryFrom<Vec<(String, String)>> for Headers {
     type Error = HeaderError;
     fn try_from(v: Vec<(String, String)>) -> Result<Headers, HeaderError> {
-        for (i, (n, val)) in v.iter().enumerate() {
-            check_header(n, val, i)?;
-        }
-        Ok(Headers(v))
+        Headers::try_from_pairs(v)
     }
 }
 

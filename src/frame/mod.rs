@@ -34,6 +34,7 @@
 mod chunk;
 mod control;
 mod error;
+mod fast;
 mod head_limits;
 mod headers;
 mod id;
@@ -86,6 +87,23 @@ pub fn decode_text(text: &str) -> Result<Decoded, FrameError> {
 pub fn decode_text_limited(text: &str, limits: &HeadLimits) -> Result<Decoded, FrameError> {
     Ok(
         match control::decode_control_limited(text, Some(limits), None).map_err(|r| r.error)? {
+            Some(f) => Decoded::Control(f),
+            None => Decoded::Unknown,
+        },
+    )
+}
+
+/// [`decode_text`] (`limits: None`) or [`decode_text_limited`] by the
+/// reference path alone: every text through `serde`, without the fast
+/// scanner the other decoders try first for plain frames. Slower, and the
+/// same answer for every input: for differential tests (this crate's
+/// property tests and fuzz target use it) and for measuring the scanner.
+pub fn decode_text_reference(
+    text: &str,
+    limits: Option<&HeadLimits>,
+) -> Result<Decoded, FrameError> {
+    Ok(
+        match control::decode_control_with(text, limits, None, false).map_err(|r| r.error)? {
             Some(f) => Decoded::Control(f),
             None => Decoded::Unknown,
         },

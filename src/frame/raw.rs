@@ -3,6 +3,7 @@
 //! validation can say exactly which field was wrong.
 
 use super::head_limits::{header_line_len, HeadLimitError, HeadLimits};
+use super::{HeaderError, Headers};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -24,8 +25,10 @@ pub(crate) enum LNum {
 }
 
 /// A JSON value expected to be a list of `[name, value]` string pairs.
-pub(crate) enum LHeaders<'a> {
-    Ok(Vec<(Cow<'a, str>, Cow<'a, str>)>),
+pub(crate) enum LHeaders {
+    Ok(Headers),
+    /// Every element was a pair of strings, and this one broke a header rule.
+    Invalid(HeaderError),
     Wrong,
     /// The list crossed a [`HeadLimits`] bound; the rest was skipped unread.
     OverLimit(HeadLimitError),
@@ -41,7 +44,7 @@ pub(crate) struct RawFrame<'a> {
     pub path: Option<LStr<'a>>,
     pub query: Option<LStr<'a>>,
     pub status: Option<LNum>,
-    pub headers: Option<LHeaders<'a>>,
+    pub headers: Option<LHeaders>,
 }
 
 /// Whether the reader wants a frame of this `type` and id; `false` stops
@@ -62,6 +65,8 @@ impl<'a> RawFrame<'a> {
         let skipped = Cell::new(false);
         let mut de = serde_json::Deserializer::from_str(text);
         let seed = FrameSeed {
+            // The headers' text is never longer than the frame's.
+            header_bytes: text.len().min(MAX_HEADER_PREALLOC),
             limits,
             wanted,
             skipped: &skipped,
@@ -77,7 +82,11 @@ impl<'a> RawFrame<'a> {
     }
 }
 
+/// The most a header list reserves for its text up front.
+const MAX_HEADER_PREALLOC: usize = 16 * 1024;
+
 struct FrameSeed<'l, 'w> {
+    header_bytes: usize,
     limits: Option<&'l HeadLimits>,
     wanted: Option<Wanted<'w>>,
     skipped: &'l Cell<bool>,
@@ -131,7 +140,7 @@ impl<'de> Visitor<'de> for FrameSeed<'_, '_> {
                 _ => {
                     let seed = OptionSeed(HeadersVisitor {
                         limits: self.limits,
-                        _a: PhantomData,
+                        header_bytes: self.header_bytes,
                     });
                     f.headers = m.next_value_seed(seed)?
                 }
@@ -307,27 +316,30 @@ impl<'de: 'a, 'a> Deserialize<'de> for LPair<'a> {
     }
 }
 
-struct HeadersVisitor<'l, 'a> {
+struct HeadersVisitor<'l> {
     limits: Option<&'l HeadLimits>,
-    _a: PhantomData<&'a ()>,
+    /// Room to reserve for the list's text.
+    header_bytes: usize,
 }
 
-impl<'de: 'a, 'a> Visitor<'de> for HeadersVisitor<'_, 'a> {
-    type Value = LHeaders<'a>;
+impl<'de> Visitor<'de> for HeadersVisitor<'_> {
+    type Value = LHeaders;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("any JSON value")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::with_capacity(s.size_hint().unwrap_or(16).min(64));
+        // Straight into the list's one buffer: no string per name or value.
+        let mut out = Headers::with_capacity(16, self.header_bytes);
         let mut wrong = false;
+        let mut invalid = None;
         let (mut count, mut bytes) = (0usize, 0usize);
-        while let Some(LPair(p)) = s.next_element::<LPair<'a>>()? {
+        while let Some(LPair(p)) = s.next_element::<LPair<'de>>()? {
             count += 1;
             match p {
                 Some((n, v)) => {
                     bytes += header_line_len(&n, &v);
-                    if !wrong {
-                        out.push((n, v));
+                    if !wrong && invalid.is_none() {
+                        invalid = out.try_push(&*n, &*v).err();
                     }
                 }
                 None => wrong = true,
@@ -337,10 +349,10 @@ impl<'de: 'a, 'a> Visitor<'de> for HeadersVisitor<'_, 'a> {
                 return Ok(LHeaders::OverLimit(e));
             }
         }
-        Ok(if wrong {
-            LHeaders::Wrong
-        } else {
-            LHeaders::Ok(out)
+        Ok(match (wrong, invalid) {
+            (true, _) => LHeaders::Wrong,
+            (false, Some(e)) => LHeaders::Invalid(e),
+            (false, None) => LHeaders::Ok(out),
         })
     }
     fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
