@@ -1,0 +1,109 @@
+//! Issue 27's relay cases against the forwarding fake (`fakes.rs`): each
+//! new flaw is caught by the case written for it (FAIL), and the same fake
+//! without the flaw passes that case (the control). And the cases that
+//! became recommendations: the flaws they were written for now WARN, never
+//! FAIL.
+
+use crate::fakes::{self, ForwardFlaw};
+use crate::report::{CaseResult, Outcome};
+use crate::{assert_fails, assert_passes, lines, outcome, relay_config, run};
+
+fn assert_warns(results: &[CaseResult], id: &str) {
+    assert!(
+        matches!(outcome(results, id), Outcome::Warn(_)),
+        "{id} should WARN:\n{}",
+        lines(results)
+    );
+}
+
+/// `case` against the fake with `flaw` and against the fake without it, at once.
+async fn broken_and_sound(flaw: ForwardFlaw, case: &str) -> (Vec<CaseResult>, Vec<CaseResult>) {
+    let broken = relay_config(fakes::forwarding_relay(flaw).await, Some(case));
+    let sound = relay_config(fakes::forwarding_relay(ForwardFlaw::None).await, Some(case));
+    let (broken, sound) = tokio::join!(run(&broken), run(&sound));
+    // Shown with --nocapture: what each fake came to.
+    eprintln!("{flaw:?}:\n{}\ncontrol:\n{}", lines(&broken), lines(&sound));
+    (broken, sound)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_new_relay_flaw_is_caught_by_its_case_and_its_control_passes() {
+    use ForwardFlaw::*;
+    let flaws = [
+        (AllOk, "relay.response.status"),
+        (DropResponseHeaders, "relay.response.headers"),
+        (MergeRequestHeaders, "relay.request.headers"),
+        (Latin1AsUtf8, "relay.request.latin1"),
+        (Latin1AsUtf8, "relay.response.latin1"),
+        (EmptyChunkEnds, "relay.body.empty-chunks"),
+        (NoAbortMidUpload, "relay.abort.caller-mid-upload"),
+        (DesyncOnMismatch, "relay.response.content-length-mismatch"),
+        (DieOnGarbage, "relay.robust.random-frames"),
+        // Caught through the lenient observer, whatever the case checks.
+        (ChunkOnIdZero, "relay.framing.get-end"),
+    ];
+    let checks = flaws.map(|(flaw, case)| async move {
+        let (broken, sound) = broken_and_sound(flaw, case).await;
+        (case, broken, sound)
+    });
+    for (case, broken, sound) in futures_util::future::join_all(checks).await {
+        assert_fails(&broken, case);
+        assert_passes(&sound, case);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_on_id_0_is_named_in_the_failure() {
+    let (broken, _) =
+        broken_and_sound(ForwardFlaw::ChunkOnIdZero, "relay.url.prefix-stripped").await;
+    let o = outcome(&broken, "relay.url.prefix-stripped");
+    assert!(
+        matches!(o, Outcome::Fail(t) if t.contains("the relay sent a chunk on id 0")),
+        "{o:?}"
+    );
+}
+
+/// ~50 s: the kit's worker idles 45 s, pinging every 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_drops_an_idle_worker_fails_the_keepalive_case() {
+    let (broken, sound) = broken_and_sound(ForwardFlaw::DropIdle, "relay.keepalive.idle").await;
+    assert_fails(&broken, "relay.keepalive.idle");
+    assert_passes(&sound, "relay.keepalive.idle");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_spec_leaves_open_is_a_warning_not_a_failure() {
+    use ForwardFlaw::*;
+    // Dot segments forwarded as they were on the wire; a prefix match on
+    // the worker id; a worker's older connection kept: the spec says
+    // nothing of them, so the kit recommends and does not fail.
+    let flaws = [
+        (ForwardDotSegments, "relay.url.no-escape"),
+        (PrefixMatch, "relay.url.exact-id"),
+        (PrefixMatchKeep, "relay.url.exact-id"),
+        (KeepOlder, "relay.replace.older-connection"),
+    ];
+    let checks = flaws.map(|(flaw, case)| async move {
+        let (broken, sound) = broken_and_sound(flaw, case).await;
+        (case, broken, sound)
+    });
+    for (case, broken, sound) in futures_util::future::join_all(checks).await {
+        assert_warns(&broken, case);
+        assert_passes(&sound, case);
+    }
+    // A plain GET of the connect path answered 200.
+    let flaws = fakes::RelayFlaws {
+        select_protocol: true,
+        check_token: true,
+        accept_plain_get: true,
+        ..Default::default()
+    };
+    let addr = fakes::handshake_only_relay(flaws).await;
+    let results = run(&relay_config(addr, Some("relay.handshake.non-upgrade"))).await;
+    assert_warns(&results, "relay.handshake.non-upgrade");
+    // A request lost with the worker's connection, failed by closing the
+    // caller's connection instead of a 502: failed, as the spec asks.
+    let addr = fakes::forwarding_relay(None).await;
+    let results = run(&relay_config(addr, Some("relay.lost.before-response"))).await;
+    assert_passes(&results, "relay.lost.before-response");
+}
