@@ -184,6 +184,9 @@ pub enum ForwardFlaw {
     DieOnGarbage,
     /// Sends a chunk on id 0 before each request.
     ChunkOnIdZero,
+    /// Stops reading a worker connection (holding it open) after a frame
+    /// of an unknown type: the connection is wedged until a new one comes.
+    WedgeOnUnknown,
 }
 
 struct Link {
@@ -277,6 +280,10 @@ fn attach(ws: WebSocketStream<TcpStream>, flaw: ForwardFlaw, dead: Arc<AtomicBoo
                         last_data = tokio::time::Instant::now();
                         match frame::decode_text(t.as_str()) {
                             Ok(Decoded::Unknown) if flaw == ForwardFlaw::CloseOnUnknown => return,
+                            Ok(Decoded::Unknown) if flaw == ForwardFlaw::WedgeOnUnknown => {
+                                tokio::time::sleep(Duration::from_secs(120)).await;
+                                return;
+                            }
                             Ok(d) => { let _ = inbox.send(d); }
                             Err(_) if flaw == ForwardFlaw::DieOnGarbage => {
                                 dead.store(true, Ordering::Relaxed);

@@ -107,3 +107,28 @@ async fn what_the_spec_leaves_open_is_a_warning_not_a_failure() {
     let results = run(&relay_config(addr, Some("relay.lost.before-response"))).await;
     assert_passes(&results, "relay.lost.before-response");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_fails_its_own_case_and_not_the_next_ones() {
+    // The fake wedges the worker connection on a frame of an unknown type
+    // (it holds the socket, reading nothing). The case for that fails; the
+    // next cases start on a fresh connection the kit proved routed, and pass.
+    let addr = fakes::forwarding_relay(ForwardFlaw::WedgeOnUnknown).await;
+    let results = run(&relay_config(addr, Some("relay.ignore.*"))).await;
+    eprintln!("{}", lines(&results));
+    assert_fails(&results, "relay.ignore.unknown-type");
+    assert_passes(&results, "relay.ignore.unknown-id");
+    let addr = fakes::forwarding_relay(ForwardFlaw::WedgeOnUnknown).await;
+    let results = run(&relay_config(addr, Some("relay.*-end"))).await;
+    assert_passes(&results, "relay.framing.get-end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_closes_on_garbage_but_serves_a_redial_is_warned() {
+    // The spec does not forbid closing a connection that sends garbage; a
+    // relay that then serves the worker's redial gets a WARN, not a FAIL.
+    let (broken, sound) =
+        broken_and_sound(ForwardFlaw::CloseOnUnknown, "relay.robust.random-frames").await;
+    assert_warns(&broken, "relay.robust.random-frames");
+    assert_passes(&sound, "relay.robust.random-frames");
+}
