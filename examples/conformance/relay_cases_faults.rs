@@ -472,9 +472,12 @@ pub fn random_frame(rng: &mut Rng) -> WsMsg {
 
 /// `/health` through the relay, answered by the kit's worker.
 async fn health(ctx: &mut RelayCtx) -> Result<u16, String> {
+    // Connected first (a redial), then the caller: its request must find
+    // the connection the relay has now.
+    ctx.worker().await?;
     let caller = call(ctx, "GET", &ctx.target("/health"), &[], Vec::new());
     let w = ctx.worker().await?;
-    let (id, _) = w.expect_request("/health", STEP).await?;
+    let (id, _) = w.expect_request("/health", Duration::from_secs(5)).await?;
     w.respond(id, 200, &[("content-length", "2")], b"ok")
         .await?;
     match tokio::time::timeout(STEP, caller).await {
@@ -535,7 +538,7 @@ async fn random_frames(ctx: &mut RelayCtx) -> Outcome {
     }
     // Closed: the spec does not forbid closing on garbage; it must serve a redial.
     ctx.drop_worker();
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = String::new();
     while Instant::now() < deadline {
         match health(ctx).await {
@@ -553,6 +556,6 @@ async fn random_frames(ctx: &mut RelayCtx) -> Outcome {
         }
     }
     Outcome::Fail(format!(
-        "{what}; the relay closed the worker's connection and after redialling for 15 s it does not serve: {last}"
+        "{what}; the relay closed the worker's connection and after redialling for 20 s it does not serve: {last}"
     ))
 }

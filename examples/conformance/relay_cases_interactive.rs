@@ -22,7 +22,7 @@ pub const PIECE_BOUND: Duration = Duration::from_secs(2);
 
 pub fn cases() -> Vec<Case<RelayCtx>> {
     vec![case!(RelayCtx, "relay.upload.interactive", R2W, Needs::Any, long = false, terminal = false,
-        "a chunked upload sent a piece at a time: each piece reaches the worker within 2 s, before the next is sent, and its echo the caller within 2 s (10 round trips)", interactive)]
+        "a chunked upload sent a piece at a time: each piece reaches the worker within 2 s, before the next is sent (recommended: WARN), and its echo the caller within 2 s (10 round trips)", interactive)]
 }
 
 /// Piece `i` of an interactive body: distinct bytes, lengths that differ.

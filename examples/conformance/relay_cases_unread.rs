@@ -46,7 +46,7 @@ const UPLOAD: u64 = 64 << 20;
 
 pub fn cases() -> Vec<Case<RelayCtx>> {
     vec![case!(RelayCtx, "relay.replace.unread-older", CONNECTING, Needs::Any, long = false, terminal = false,
-        "a worker connection that stops reading (an upload queued to it) is replaced: the newer serves requests, and the relay lets go of the older within 15 s though the kit never reads it", unread_older)]
+        "a worker connection that stops reading (an upload queued to it) is replaced: the newer serves requests (FAIL if not), and the relay lets go of the older within 15 s though the kit never reads it (recommended: WARN)", unread_older)]
 }
 
 fn retryable(s: u16) -> bool {
