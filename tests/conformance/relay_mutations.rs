@@ -132,3 +132,56 @@ async fn a_relay_that_closes_on_garbage_but_serves_a_redial_is_warned() {
     assert_warns(&broken, "relay.robust.random-frames");
     assert_passes(&sound, "relay.robust.random-frames");
 }
+
+#[test]
+fn the_observer_names_what_the_spec_makes_wrong() {
+    use crate::relay_observe::Observer;
+    use bytes::Bytes;
+    let mut o = Observer::default();
+    let sink = o.sink.clone();
+    let req =
+        r#"{"type":"request","id":7,"method":"GET","path":"/health","query":"","headers":[]}"#;
+    // Allowed: a request, its end, an abort after the end, unknown types.
+    o.text(req);
+    o.text(r#"{"type":"end","id":7}"#);
+    o.text(r#"{"type":"abort","id":7}"#);
+    o.text(r#"{"type":"progress","id":0}"#);
+    assert_eq!(Observer::take(&sink), Vec::<String>::new());
+    // Wrong, each named.
+    o.text("not json");
+    o.text("[1]");
+    o.text(r#"{"id":1}"#);
+    o.text(r#"{"type":"end","id":0}"#);
+    o.text(r#"{"type":"end","id":4294967296}"#);
+    o.text(r#"{"type":"end","id":"7"}"#);
+    o.text(r#"{"type":"end","id":8}"#);
+    o.text(r#"{"type":"end","id":7}"#);
+    o.binary(Bytes::from_static(&[0, 0, 0]));
+    o.binary(Bytes::from_static(&[0, 0, 0, 0, 1]));
+    o.binary(Bytes::from_static(&[0, 0, 0, 7, 1]));
+    o.binary(Bytes::from_static(&[0, 0, 0, 9, 1]));
+    o.text(req);
+    let mut big = vec![0u8, 0, 0, 7];
+    big.resize(4 + (1 << 20) + 1, b'x');
+    o.binary(Bytes::from(big));
+    let seen = Observer::take(&sink);
+    let want = [
+        "not JSON",
+        "not an object",
+        "without a type",
+        "end on id 0",
+        "with id 4294967296",
+        "id is not a number",
+        "end on id 8, which it never opened",
+        "end on id 7 after that request's end or abort",
+        "binary message of 3 bytes",
+        "chunk on id 0",
+        "chunk on id 7 after that request's end or abort",
+        "chunk on id 9, which it never opened",
+        "chunk of 1048577 bytes on id 7",
+    ];
+    assert_eq!(seen.len(), want.len(), "{seen:#?}");
+    for (s, w) in seen.iter().zip(want) {
+        assert!(s.contains(w), "{s:?} should name {w:?}");
+    }
+}
