@@ -30,8 +30,12 @@ mod http;
 mod junit;
 #[path = "conformance/kit.rs"]
 mod kit;
+#[path = "conformance/relay_cases_caller.rs"]
+mod relay_cases_caller;
 #[path = "conformance/relay_cases_conn.rs"]
 mod relay_cases_conn;
+#[path = "conformance/relay_cases_faults.rs"]
+mod relay_cases_faults;
 #[path = "conformance/relay_cases_http.rs"]
 mod relay_cases_http;
 #[path = "conformance/relay_cases_interactive.rs"]
@@ -44,6 +48,8 @@ mod relay_cases_token;
 mod relay_cases_unread;
 #[path = "conformance/relay_ctx.rs"]
 mod relay_ctx;
+#[path = "conformance/relay_observe.rs"]
+mod relay_observe;
 #[path = "conformance/report.rs"]
 mod report;
 #[path = "conformance/runner.rs"]

@@ -27,8 +27,12 @@ mod junit;
 #[path = "../examples/conformance/kit.rs"]
 #[allow(dead_code)]
 mod kit;
+#[path = "../examples/conformance/relay_cases_caller.rs"]
+mod relay_cases_caller;
 #[path = "../examples/conformance/relay_cases_conn.rs"]
 mod relay_cases_conn;
+#[path = "../examples/conformance/relay_cases_faults.rs"]
+mod relay_cases_faults;
 #[path = "../examples/conformance/relay_cases_http.rs"]
 mod relay_cases_http;
 #[path = "../examples/conformance/relay_cases_interactive.rs"]
@@ -41,6 +45,10 @@ mod relay_cases_token;
 mod relay_cases_unread;
 #[path = "../examples/conformance/relay_ctx.rs"]
 mod relay_ctx;
+#[path = "conformance/relay_mutations.rs"]
+mod relay_mutations;
+#[path = "../examples/conformance/relay_observe.rs"]
+mod relay_observe;
 #[path = "../examples/conformance/report.rs"]
 mod report;
 #[path = "../examples/conformance/runner.rs"]
@@ -203,10 +211,16 @@ async fn relay_mode_every_case_passes_against_the_crates_relay() {
     let addr = gateway(|r| r).await;
     let results = run(&relay_config(addr, None)).await;
     assert_eq!(results.len(), kit::relay_cases().len());
+    // No FAIL. The only WARNs: hyper's header map groups a message's
+    // headers by name (each name's values in order, as HTTP allows), where
+    // the spec says the pairs go in order.
+    let warned_ok = ["relay.request.headers", "relay.response.headers"];
     assert!(
-        results
-            .iter()
-            .all(|r| matches!(r.outcome, Outcome::Pass(_))),
+        results.iter().all(|r| match r.outcome {
+            Outcome::Pass(_) => true,
+            Outcome::Warn(_) => warned_ok.contains(&r.id),
+            _ => false,
+        }),
         "every relay case should pass:\n{}",
         lines(&results)
     );
@@ -326,17 +340,13 @@ async fn a_relay_with_flawed_forwarding_is_caught_case_by_case() {
     use fakes::ForwardFlaw::*;
     let flaws = [
         (KeepHopByHop, "relay.headers.hop-by-hop"),
-        (ForwardDotSegments, "relay.url.no-escape"),
         (NoAbortOnHangup, "relay.abort.caller-disconnect"),
         (WholeBodyOneChunk, "relay.framing.content-length"),
         (CompleteAfterAbort, "relay.abort.worker-after-response"),
         (DecodeSlash, "relay.url.raw-path-query"),
         (NoEnd, "relay.framing.get-end"),
-        (KeepOlder, "relay.replace.older-connection"),
         (CloseOnUnknown, "relay.ignore.unknown-type"),
         (FailOnStrayId, "relay.ignore.unknown-id"),
-        (PrefixMatch, "relay.url.exact-id"),
-        (PrefixMatchKeep, "relay.url.exact-id"),
         (OkOnAbort, "relay.abort.worker-before-response"),
         (TruncateResponse, "relay.body.large-response"),
     ];
@@ -362,26 +372,6 @@ async fn a_relay_with_flawed_forwarding_is_caught_case_by_case() {
 }
 
 #[tokio::test]
-async fn a_relay_that_answers_a_plain_get_fails_the_non_upgrade_case() {
-    let flaws = fakes::RelayFlaws {
-        select_protocol: true,
-        check_token: true,
-        accept_plain_get: true,
-        ..Default::default()
-    };
-    let addr = fakes::handshake_only_relay(flaws).await;
-    let results = run(&relay_config(addr, Some("relay.handshake.non-upgrade"))).await;
-    assert_fails(&results, "relay.handshake.non-upgrade");
-    let flaws = fakes::RelayFlaws {
-        accept_plain_get: false,
-        ..flaws
-    };
-    let addr = fakes::handshake_only_relay(flaws).await;
-    let results = run(&relay_config(addr, Some("relay.handshake.non-upgrade"))).await;
-    assert_passes(&results, "relay.handshake.non-upgrade");
-}
-
-#[tokio::test]
 async fn a_relay_that_never_reads_fails_the_ping_case() {
     let flaws = fakes::RelayFlaws {
         select_protocol: true,
@@ -403,8 +393,9 @@ async fn a_relay_that_never_reads_fails_the_ping_case() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_forwarding_fakes_built_in_shortcuts_are_caught_too() {
-    // It forwards one stream at a time, and drops its callers' connections
-    // when the worker's goes away instead of answering 502.
+    // It forwards one stream at a time. (Dropping its callers' connections
+    // when the worker's goes away fails them, as the spec asks: see
+    // relay_mutations.rs.)
     let addr = fakes::forwarding_relay(fakes::ForwardFlaw::None).await;
     let results = run(&relay_config(
         addr.clone(),
@@ -412,8 +403,6 @@ async fn the_forwarding_fakes_built_in_shortcuts_are_caught_too() {
     ))
     .await;
     assert_fails(&results, "relay.concurrency.second-stream");
-    let results = run(&relay_config(addr, Some("relay.lost.before-response"))).await;
-    assert_fails(&results, "relay.lost.before-response");
 }
 
 // ---------------------------------------------------------------------------

@@ -154,6 +154,12 @@ impl<S: AsyncRead + Unpin> Reader<S> {
             io::Error::new(io::ErrorKind::UnexpectedEof, "closed before a response")
         })?;
         let status_line = String::from_utf8_lossy(&status_line).into_owned();
+        if !status_line.starts_with("HTTP/1.") {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("bad status line {status_line:?}"),
+            ));
+        }
         let status = status_line
             .split(' ')
             .nth(1)
@@ -175,10 +181,14 @@ impl<S: AsyncRead + Unpin> Reader<S> {
             if line.is_empty() {
                 break;
             }
-            let line = String::from_utf8_lossy(&line).into_owned();
+            // Latin-1: each byte is the char of the same value, so a value's
+            // bytes are compared exactly (UTF-8 where Latin-1 was meant shows).
+            let line: String = line.iter().map(|&b| b as char).collect();
             if let Some((n, v)) = line.split_once(':') {
-                resp.headers
-                    .push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+                resp.headers.push((
+                    n.trim().to_ascii_lowercase(),
+                    v.trim_matches([' ', '\t']).to_string(),
+                ));
             }
         }
         Ok(resp)
@@ -192,46 +202,102 @@ pub async fn read_response(
     within: Duration,
     no_body: bool,
 ) -> io::Result<Response> {
-    let mut r = Reader::new(s, within);
-    let mut resp = r.head().await?;
-    let status = resp.status;
-    if no_body || status == 204 || status == 304 || (100..200).contains(&status) {
-        resp.framing = "none";
-        resp.complete = true;
-        return Ok(resp);
-    }
-    let chunked = resp
-        .header("transfer-encoding")
-        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    let result = if chunked {
-        resp.framing = "chunked";
-        read_chunked(&mut r, &mut resp.body).await
-    } else if let Some(len) = resp
-        .header("content-length")
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        resp.framing = "length";
-        r.take(len, &mut resp.body).await
-    } else {
-        resp.framing = "close";
-        loop {
-            let n = r.buf.len();
-            r.take(n, &mut resp.body).await?;
-            if !r.fill().await? {
-                break Ok(true);
+    Reader::new(s, within).response(no_body).await
+}
+
+impl<S: AsyncRead + Unpin> Reader<S> {
+    /// Reads one response from this reader, which keeps what came after it
+    /// (the next response on a keep-alive connection).
+    pub async fn response(&mut self, no_body: bool) -> io::Result<Response> {
+        let r = self;
+        let mut resp = r.head().await?;
+        let status = resp.status;
+        if no_body || status == 204 || status == 304 || (100..200).contains(&status) {
+            resp.framing = "none";
+            resp.complete = true;
+            return Ok(resp);
+        }
+        let chunked = resp
+            .header("transfer-encoding")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+        let result = if chunked {
+            resp.framing = "chunked";
+            read_chunked(r, &mut resp.body).await
+        } else if let Some(len) = resp
+            .header("content-length")
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            resp.framing = "length";
+            r.take(len, &mut resp.body).await
+        } else {
+            resp.framing = "close";
+            loop {
+                let n = r.buf.len();
+                r.take(n, &mut resp.body).await?;
+                if !r.fill().await? {
+                    break Ok(true);
+                }
             }
+        };
+        resp.complete = match result {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                resp.timed_out = true;
+                false
+            }
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => false,
+            Err(e) => return Err(e),
+        };
+        Ok(resp)
+    }
+
+    /// Whether the peer closed the connection (EOF or reset) within
+    /// `within` with nothing unread. What comes instead stays buffered for
+    /// the next response.
+    pub async fn closed_within(&mut self, within: Duration) -> bool {
+        if !self.buf.is_empty() {
+            return false;
         }
-    };
-    resp.complete = match result {
-        Ok(c) => c,
-        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-            resp.timed_out = true;
-            false
+        self.deadline = Instant::now() + within;
+        match self.fill().await {
+            Ok(got) => !got,
+            Err(e) => e.kind() != io::ErrorKind::TimedOut,
         }
-        Err(e) if e.kind() == io::ErrorKind::InvalidData => false,
-        Err(e) => return Err(e),
-    };
-    Ok(resp)
+    }
+
+    /// The stream under the reader (to write the next request).
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.s
+    }
+}
+
+/// Latin-1: each char up to U+00FF as the byte of the same value (a
+/// header value the kit means byte for byte); others as UTF-8.
+pub fn latin1(s: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    for c in s.chars() {
+        if (c as u32) <= 0xFF {
+            out.push(c as u32 as u8);
+        } else {
+            let mut b = [0u8; 4];
+            out.extend_from_slice(c.encode_utf8(&mut b).as_bytes());
+        }
+    }
+    out
+}
+
+/// A request head like [`head`], each header value written as Latin-1
+/// bytes ([`latin1`]).
+pub fn head_latin1(method: &str, target: &str, host: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut h = format!("{method} {target} HTTP/1.1\r\nhost: {host}\r\n").into_bytes();
+    for (n, v) in headers {
+        h.extend_from_slice(n.as_bytes());
+        h.extend_from_slice(b": ");
+        h.extend_from_slice(&latin1(v));
+        h.extend_from_slice(b"\r\n");
+    }
+    h.extend_from_slice(b"\r\n");
+    h
 }
 
 async fn read_chunked<S: AsyncRead + Unpin>(

@@ -6,7 +6,10 @@ use crate::relay_ctx::RelayCtx;
 use crate::report::{self, CaseResult};
 use crate::runner::{self, Case};
 use crate::worker_ctx::WorkerCtx;
-use crate::{relay_cases_conn, relay_cases_http, worker_cases_conn, worker_cases_streams};
+use crate::{
+    relay_cases_caller, relay_cases_conn, relay_cases_faults, relay_cases_http, worker_cases_conn,
+    worker_cases_streams,
+};
 use crate::{
     relay_cases_interactive, relay_cases_token, relay_cases_unread, worker_cases_interactive,
 };
@@ -18,6 +21,8 @@ pub fn relay_cases() -> Vec<Case<RelayCtx>> {
     let tail = c.split_off(7);
     c.extend(relay_cases_token::cases());
     c.extend(relay_cases_http::cases());
+    c.extend(relay_cases_caller::cases());
+    c.extend(relay_cases_faults::cases());
     c.extend(relay_cases_interactive::cases());
     c.extend(tail);
     c.extend(relay_cases_slow::cases());

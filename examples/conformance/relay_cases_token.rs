@@ -7,7 +7,7 @@
 use crate::case;
 use crate::http;
 use crate::relay_ctx::{dial, Dial, Got, RelayCtx};
-use crate::report::{judge, Outcome};
+use crate::report::Outcome;
 use crate::runner::{Case, Needs};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
@@ -31,7 +31,7 @@ const PAUSE: Duration = Duration::from_millis(50);
 
 pub fn cases() -> Vec<Case<RelayCtx>> {
     vec![case!(RelayCtx, "relay.handshake.large-token", CONNECTING, Needs::Any, long = false, terminal = false,
-        "8 clients dialling for 5 s with a 64 KiB bearer token (no credential): each refused with a final 4xx within 5 s; /health through the worker meanwhile p99 <= 2 s", large_token)]
+        "8 clients dialling for 5 s with a 64 KiB bearer token (no credential): none accepted and /health through the worker still served (FAIL); each refused with a final 4xx within 5 s and /health p99 <= 2 s (recommended: WARN)", large_token)]
 }
 
 /// What one dial with the large token came to.
@@ -206,12 +206,20 @@ async fn large_token(ctx: &mut RelayCtx) -> Outcome {
     if let Some(first) = probe_errors.first() {
         figure.push_str(&format!(", {} failed ({first})", probe_errors.len()));
     }
-    judge(
-        wrong.is_empty()
-            && !times.is_empty()
-            && probe_errors.is_empty()
-            && !probe_times.is_empty()
-            && p99 <= HEALTH_P99,
+    // A must of the spec: a token that is no credential is refused, and the
+    // relay keeps serving its worker. How fast (the bounds) and how (a
+    // final 4xx) are this kit's recommendations.
+    // A probe that timed out is slow (a recommendation); one answered
+    // wrongly is a relay that no longer serves its worker.
+    let accepted = wrong.iter().any(|w| w.contains("accepted"));
+    let broken_probe = probe_errors
+        .iter()
+        .any(|e| !e.contains("no response in time") && !e.contains("timed out"));
+    if accepted || times.len() + wrong.len() == 0 || broken_probe {
+        return Outcome::Fail(figure);
+    }
+    crate::report::recommend(
+        wrong.is_empty() && probe_errors.is_empty() && !probe_times.is_empty() && p99 <= HEALTH_P99,
         figure,
     )
 }

@@ -4,6 +4,7 @@
 //! and the HTTP callers (`http`).
 
 use crate::cli::RelayTarget;
+use crate::relay_observe::{Observer, Sink};
 use crate::runner::{Context, Needs};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -26,6 +27,10 @@ pub use crate::ws_send::STEP;
 pub struct RelayCtx {
     pub t: RelayTarget,
     worker: Option<FakeWorker>,
+    /// The protocol violations every connection of this context saw.
+    sink: Sink,
+    /// Probes sent so far (each probe's query is unique).
+    probes: u32,
 }
 
 impl Context for RelayCtx {
@@ -33,16 +38,64 @@ impl Context for RelayCtx {
         None
     }
 
-    /// Drains what a previous case left behind; every case starts with the
-    /// worker connected (a caller sent first would meet a 503).
+    /// Every case starts from a known state: the previous case's worker
+    /// connection is closed (close handshake, a brief wait for the relay's
+    /// close), a fresh one is dialled, and a caller's probe answered by the
+    /// kit's worker proves the relay routes to it. A fault one case found
+    /// cannot then fail the next cases.
     async fn before_case(&mut self) {
-        if let Some(w) = self.worker.as_mut() {
-            if !w.drain(Duration::from_millis(50)).await {
-                self.worker = None;
+        if let Some(mut w) = self.worker.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), w.ws.close(None)).await;
+            let until = Instant::now() + Duration::from_secs(1);
+            loop {
+                match w
+                    .next(until.saturating_duration_since(Instant::now()))
+                    .await
+                {
+                    Got::Closed(_) | Got::Timeout => break,
+                    _ => continue,
+                }
             }
         }
-        let _ = self.worker().await;
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let mut failed_probes = 0;
+        while Instant::now() < deadline {
+            if self.worker().await.is_err() {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                continue;
+            }
+            match self.probe(Duration::from_secs(2)).await {
+                Probe::Routed | Probe::NotHere => return,
+                Probe::Retry => {
+                    failed_probes += 1;
+                    if failed_probes % 2 == 0 {
+                        // Twice unrouted: a connection the relay does not use.
+                        if let Some(mut w) = self.worker.take() {
+                            let _ =
+                                tokio::time::timeout(Duration::from_millis(500), w.ws.close(None))
+                                    .await;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
     }
+
+    fn take_violations(&mut self) -> Vec<String> {
+        Observer::take(&self.sink)
+    }
+}
+
+/// What a probe came to.
+enum Probe {
+    /// The caller's request reached the kit's worker and its answer the caller.
+    Routed,
+    /// The relay answers the probe with a final 4xx itself: it does not
+    /// route this URL (a handshake-only relay); waiting would not help.
+    NotHere,
+    /// Not yet: a 5xx, no answer, or no request on this connection.
+    Retry,
 }
 
 /// What a dial came to.
@@ -54,7 +107,72 @@ pub enum Dial {
 
 impl RelayCtx {
     pub fn new(t: RelayTarget) -> RelayCtx {
-        RelayCtx { t, worker: None }
+        RelayCtx {
+            t,
+            worker: None,
+            sink: Sink::default(),
+            probes: 0,
+        }
+    }
+
+    /// A caller's GET under the prefix answered by the kit's worker.
+    async fn probe(&mut self, within: Duration) -> Probe {
+        self.probes += 1;
+        let target = self.target(&format!("/conformance/probe?n={}", self.probes));
+        let authority = self.t.authority.clone();
+        let mut caller = tokio::spawn(async move {
+            crate::http::exchange(&authority, "GET", &target, &[], b"", within).await
+        });
+        let Some(w) = self.worker.as_mut() else {
+            caller.abort();
+            return Probe::Retry;
+        };
+        let deadline = Instant::now() + within;
+        let mut answered = false;
+        let r = loop {
+            tokio::select! {
+                r = &mut caller => break r,
+                got = w.next(deadline.saturating_duration_since(Instant::now())) => match got {
+                    Got::Frame(Decoded::Control(ControlFrame::Request { id, head })) => {
+                        let (status, body): (u16, &[u8]) =
+                            if head.path().starts_with("/conformance/probe") {
+                                answered = true;
+                                (200, b"probe")
+                            } else {
+                                (503, b"")
+                            };
+                        let len = body.len().to_string();
+                        if w.respond(id, status, &[("content-length", &len)], body).await.is_err() {
+                            caller.abort();
+                            self.worker = None;
+                            return Probe::Retry;
+                        }
+                    }
+                    Got::Closed(_) => {
+                        caller.abort();
+                        self.worker = None;
+                        return Probe::Retry;
+                    }
+                    Got::Timeout => {
+                        caller.abort();
+                        return Probe::Retry;
+                    }
+                    _ => {}
+                },
+            }
+        };
+        match r {
+            Ok(Ok(r)) if answered && r.status == 200 && r.body == b"probe" => Probe::Routed,
+            Ok(Ok(r))
+                if !answered
+                    && (400..500).contains(&r.status)
+                    && r.status != 408
+                    && r.status != 429 =>
+            {
+                Probe::NotHere
+            }
+            _ => Probe::Retry,
+        }
     }
 
     pub fn ws_url(&self) -> String {
@@ -67,7 +185,13 @@ impl RelayCtx {
     }
 
     pub async fn dial(&self, token: Option<&str>, protocol: Option<&str>) -> Dial {
-        dial(&self.ws_url(), token, protocol).await
+        match dial(&self.ws_url(), token, protocol).await {
+            Dial::Connected(mut w, p) => {
+                w.obs.sink = self.sink.clone();
+                Dial::Connected(w, p)
+            }
+            d => d,
+        }
     }
 
     /// The connected worker, dialling if there is none.
@@ -77,7 +201,8 @@ impl RelayCtx {
                 .dial(Some(&self.t.token.clone()), Some(SUBPROTOCOL))
                 .await
             {
-                Dial::Connected(w, _) => {
+                Dial::Connected(mut w, _) => {
+                    w.obs.sink = self.sink.clone();
                     self.worker = Some(*w);
                     // Let the relay register the connection.
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -96,7 +221,8 @@ impl RelayCtx {
         self.worker.take()
     }
 
-    pub fn set_worker(&mut self, w: FakeWorker) {
+    pub fn set_worker(&mut self, mut w: FakeWorker) {
+        w.obs.sink = self.sink.clone();
         self.worker = Some(w);
     }
 }
@@ -136,7 +262,13 @@ fn dialled(
                 .headers()
                 .get("sec-websocket-protocol")
                 .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-            Dial::Connected(Box::new(FakeWorker { ws }), selected)
+            Dial::Connected(
+                Box::new(FakeWorker {
+                    ws,
+                    obs: Observer::default(),
+                }),
+                selected,
+            )
         }
         Ok(Err(tungstenite::Error::Http(resp))) => Dial::Refused(resp.status().as_u16()),
         Ok(Err(e)) => Dial::Failed(e.to_string()),
@@ -222,6 +354,8 @@ pub enum Got {
 /// The kit's worker connection.
 pub struct FakeWorker {
     pub ws: Ws,
+    /// Reads the relay's messages leniently, writing down its violations.
+    pub obs: Observer,
 }
 
 /// A stream's request as the relay sent it.
@@ -255,14 +389,8 @@ impl FakeWorker {
                 Ok(Some(Ok(m))) => m,
             };
             return match m {
-                WsMsg::Text(t) => match frame::decode_text(t.as_str()) {
-                    Ok(d) => Got::Frame(d),
-                    Err(e) => Got::Malformed(e.to_string()),
-                },
-                WsMsg::Binary(b) => match frame::decode_binary(b) {
-                    Ok(d) => Got::Frame(d),
-                    Err(e) => Got::Malformed(e.to_string()),
-                },
+                WsMsg::Text(t) => self.obs.text(t.as_str()),
+                WsMsg::Binary(b) => self.obs.binary(b),
                 WsMsg::Pong(p) => Got::Pong(p),
                 WsMsg::Close(c) => Got::Closed(c.map(|c| u16::from(c.code))),
                 WsMsg::Ping(_) | WsMsg::Frame(_) => continue,

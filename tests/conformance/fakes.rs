@@ -6,6 +6,7 @@
 
 use crate::TOKEN;
 use futures_util::{SinkExt, StreamExt};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -41,7 +42,9 @@ pub async fn read_head(
         }
         buf.extend_from_slice(&tmp[..n]);
     };
-    let text = String::from_utf8_lossy(&buf[..end]).into_owned();
+    // Latin-1: each byte is the char of the same value (header values
+    // 0x80..0xFF are Latin-1 strings in a request frame).
+    let text: String = buf[..end].iter().map(|&b| b as char).collect();
     let mut lines = text.split("\r\n");
     let mut first = lines.next()?.split(' ');
     let (method, target) = (first.next()?.to_string(), first.next()?.to_string());
@@ -157,6 +160,33 @@ pub enum ForwardFlaw {
     OkOnAbort,
     /// Ends a response after its first MiB as if it were complete.
     TruncateResponse,
+    /// Answers every response 200, whatever the worker's status.
+    AllOk,
+    /// Drops the worker's response headers.
+    DropResponseHeaders,
+    /// Merges a caller's repeated headers into one, comma-joined.
+    MergeRequestHeaders,
+    /// Re-encodes Latin-1 header values as UTF-8, both ways.
+    Latin1AsUtf8,
+    /// Takes an empty chunk from the worker as the end of the body.
+    EmptyChunkEnds,
+    /// Forwards an upload as it arrives, and says nothing when its caller
+    /// hangs up before the body is whole.
+    NoAbortMidUpload,
+    /// Forwards the worker's Content-Length and its bytes as they are, on
+    /// a keep-alive connection: a mismatch desynchronises the caller.
+    DesyncOnMismatch,
+    /// Drops a worker connection after 30 s without a data frame, although
+    /// the worker pings.
+    DropIdle,
+    /// Stops serving (drops every connection) once a worker sent a frame it
+    /// cannot decode.
+    DieOnGarbage,
+    /// Sends a chunk on id 0 before each request.
+    ChunkOnIdZero,
+    /// Stops reading a worker connection (holding it open) after a frame
+    /// of an unknown type: the connection is wedged until a new one comes.
+    WedgeOnUnknown,
 }
 
 struct Link {
@@ -170,10 +200,14 @@ pub async fn forwarding_relay(flaw: ForwardFlaw) -> String {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let link: Arc<std::sync::Mutex<Option<Arc<Link>>>> = Arc::default();
+    let dead = Arc::new(AtomicBool::new(false));
     tokio::spawn(async move {
         let next_id = Arc::new(std::sync::atomic::AtomicU32::new(1));
         while let Ok((mut s, _)) = l.accept().await {
-            let (link, next_id) = (link.clone(), next_id.clone());
+            if dead.load(Ordering::Relaxed) {
+                continue;
+            }
+            let (link, next_id, dead) = (link.clone(), next_id.clone(), dead.clone());
             tokio::spawn(async move {
                 let Some((method, target, h, rest)) = read_head(&mut s).await else {
                     return;
@@ -185,7 +219,7 @@ pub async fn forwarding_relay(flaw: ForwardFlaw) -> String {
                     if token_ok(&mut s, &h, true).await {
                         let _ = s.write_all(switching(&key, true).as_bytes()).await;
                         let ws = WebSocketStream::from_raw_socket(s, Role::Server, None).await;
-                        let new = attach(ws, flaw);
+                        let new = attach(ws, flaw, dead);
                         let mut current = link.lock().unwrap();
                         let older_alive =
                             current.as_ref().is_some_and(|l| !l.to_worker.is_closed());
@@ -199,9 +233,20 @@ pub async fn forwarding_relay(flaw: ForwardFlaw) -> String {
                 let Some(current) = current else {
                     return status(&mut s, 503).await;
                 };
-                let id = StreamId::new(next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-                    .unwrap();
+                let id = StreamId::new(next_id.fetch_add(1, Ordering::Relaxed)).unwrap();
                 forward(&mut s, &current, id, flaw, &method, &target, h, rest).await;
+                // Keep-alive, with this flaw only: the next request on the
+                // same connection.
+                if flaw != ForwardFlaw::DesyncOnMismatch {
+                    return;
+                }
+                loop {
+                    let Some((method, target, h, rest)) = read_head(&mut s).await else {
+                        return;
+                    };
+                    let id = StreamId::new(next_id.fetch_add(1, Ordering::Relaxed)).unwrap();
+                    forward(&mut s, &current, id, flaw, &method, &target, h, rest).await;
+                }
             });
         }
     });
@@ -209,24 +254,48 @@ pub async fn forwarding_relay(flaw: ForwardFlaw) -> String {
 }
 
 /// Owns the worker's socket: messages to it, decoded frames from it.
-fn attach(ws: WebSocketStream<TcpStream>, flaw: ForwardFlaw) -> Arc<Link> {
+fn attach(ws: WebSocketStream<TcpStream>, flaw: ForwardFlaw, dead: Arc<AtomicBool>) -> Arc<Link> {
     let (to_worker, mut outbox) = mpsc::unbounded_channel::<WsMsg>();
     let (inbox, from_worker) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let (mut sink, mut stream) = ws.split();
+        let idle_limit = if flaw == ForwardFlaw::DropIdle {
+            Duration::from_secs(30)
+        } else {
+            Duration::from_secs(24 * 3600)
+        };
+        let mut last_data = tokio::time::Instant::now();
         loop {
             tokio::select! {
+                _ = tokio::time::sleep_until(last_data + idle_limit) => return,
                 m = outbox.recv() => match m {
-                    Some(m) => if sink.send(m).await.is_err() { return },
+                    Some(m) => {
+                        last_data = tokio::time::Instant::now();
+                        if sink.send(m).await.is_err() { return }
+                    }
                     None => return,
                 },
                 m = stream.next() => match m {
-                    Some(Ok(WsMsg::Text(t))) => match frame::decode_text(t.as_str()) {
-                        Ok(Decoded::Unknown) if flaw == ForwardFlaw::CloseOnUnknown => return,
-                        Ok(d) => { let _ = inbox.send(d); }
-                        Err(_) => {}
-                    },
-                    Some(Ok(WsMsg::Binary(b))) => { if let Ok(d) = frame::decode_binary(b) { let _ = inbox.send(d); } }
+                    Some(Ok(WsMsg::Text(t))) => {
+                        last_data = tokio::time::Instant::now();
+                        match frame::decode_text(t.as_str()) {
+                            Ok(Decoded::Unknown) if flaw == ForwardFlaw::CloseOnUnknown => return,
+                            Ok(Decoded::Unknown) if flaw == ForwardFlaw::WedgeOnUnknown => {
+                                tokio::time::sleep(Duration::from_secs(120)).await;
+                                return;
+                            }
+                            Ok(d) => { let _ = inbox.send(d); }
+                            Err(_) if flaw == ForwardFlaw::DieOnGarbage => {
+                                dead.store(true, Ordering::Relaxed);
+                                return;
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    Some(Ok(WsMsg::Binary(b))) => {
+                        last_data = tokio::time::Instant::now();
+                        if let Ok(d) = frame::decode_binary(b) { let _ = inbox.send(d); }
+                    }
                     Some(Ok(WsMsg::Ping(p))) => { let _ = sink.send(WsMsg::Pong(p)).await; }
                     Some(Ok(_)) => {}
                     _ => return,
@@ -285,12 +354,12 @@ async fn forward(
     let len: usize = get(&h, "content-length")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    while body.len() < len {
-        let mut tmp = vec![0u8; 1 << 20];
-        match s.read(&mut tmp).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => body.extend_from_slice(&tmp[..n]),
-        }
+    let mut h = h;
+    if flaw == ForwardFlaw::MergeRequestHeaders {
+        h = merged(h);
+    }
+    if flaw == ForwardFlaw::Latin1AsUtf8 {
+        h = h.into_iter().map(|(n, v)| (n, utf8_as_chars(&v))).collect();
     }
     let headers = Headers::try_from_pairs(
         h.into_iter()
@@ -299,31 +368,80 @@ async fn forward(
     .unwrap();
     let head = RequestHead::new(method, path, query, headers).unwrap();
     let mut inbox = link.from_worker.lock().await;
-    let _ = link.to_worker.send(WsMsg::Text(
-        ControlFrame::Request { id, head }.encode().into(),
-    ));
-    let max = if flaw == ForwardFlaw::WholeBodyOneChunk {
-        usize::MAX
-    } else {
-        frame::MAX_CHUNK_BODY
-    };
-    for piece in body.chunks(max.min(body.len().max(1))) {
+    // Frames left from streams no longer open (or never opened) are ignored.
+    while inbox.try_recv().is_ok() {}
+    if flaw == ForwardFlaw::ChunkOnIdZero {
+        let _ = link
+            .to_worker
+            .send(WsMsg::Binary(bytes::Bytes::from_static(&[
+                0, 0, 0, 0, b'x',
+            ])));
+    }
+    let send_chunk = |piece: &[u8]| {
         let _ = link
             .to_worker
             .send(WsMsg::Binary(frame::encode_chunk(id, piece)));
+    };
+    if flaw == ForwardFlaw::WholeBodyOneChunk {
+        // The whole body first, then one chunk however large.
+        while body.len() < len {
+            let mut tmp = vec![0u8; 1 << 20];
+            match s.read(&mut tmp).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => body.extend_from_slice(&tmp[..n]),
+            }
+        }
+        let _ = link.to_worker.send(WsMsg::Text(
+            ControlFrame::Request { id, head }.encode().into(),
+        ));
+        if !body.is_empty() {
+            send_chunk(&body);
+        }
+    } else {
+        // The request, then the body as it arrives.
+        let _ = link.to_worker.send(WsMsg::Text(
+            ControlFrame::Request { id, head }.encode().into(),
+        ));
+        body.truncate(len);
+        let mut sent = body.len();
+        for piece in body.chunks(frame::MAX_CHUNK_BODY) {
+            send_chunk(piece);
+        }
+        while sent < len {
+            let mut tmp = vec![0u8; (len - sent).min(frame::MAX_CHUNK_BODY)];
+            match s.read(&mut tmp).await {
+                Ok(0) | Err(_) => {
+                    // The caller hung up mid-upload.
+                    if flaw != ForwardFlaw::NoAbortMidUpload {
+                        let _ = link
+                            .to_worker
+                            .send(WsMsg::Text(ControlFrame::Abort { id }.encode().into()));
+                    }
+                    return;
+                }
+                Ok(n) => {
+                    send_chunk(&tmp[..n]);
+                    sent += n;
+                }
+            }
+        }
     }
     if flaw != ForwardFlaw::NoEnd {
         let _ = link
             .to_worker
             .send(WsMsg::Text(ControlFrame::End { id }.encode().into()));
     }
+    let no_body = method == "HEAD";
+    let raw = flaw == ForwardFlaw::DesyncOnMismatch;
     let mut started = false;
+    let mut bodyless = false;
+    let mut declared: Option<usize> = None;
     let mut sent = 0usize;
     let mut probe = [0u8; 1];
     loop {
         let d = tokio::select! {
             d = inbox.recv() => match d { Some(d) => d, None => return },
-            r = s.read(&mut probe), if !started => {
+            r = s.read(&mut probe), if !started && !raw => {
                 if matches!(r, Ok(0) | Err(_)) {
                     if flaw != ForwardFlaw::NoAbortOnHangup {
                         let _ = link.to_worker.send(WsMsg::Text(ControlFrame::Abort { id }.encode().into()));
@@ -336,24 +454,68 @@ async fn forward(
         match d {
             Decoded::Control(ControlFrame::Response { id: i, head }) if i == id => {
                 started = true;
-                let mut out = format!(
-                    "HTTP/1.1 {} X\r\ntransfer-encoding: chunked\r\n",
+                let status = if flaw == ForwardFlaw::AllOk {
+                    200
+                } else {
                     head.status()
-                );
-                for (n, v) in head.headers().iter().filter(|(n, _)| {
-                    !n.eq_ignore_ascii_case("content-length") && !is_hop_by_hop_name(n)
-                }) {
-                    out.push_str(&format!("{n}: {v}\r\n"));
+                };
+                bodyless = no_body || status == 204 || status == 304;
+                declared = head
+                    .headers()
+                    .get("content-length")
+                    .and_then(|v| v.parse().ok());
+                let mut out = format!("HTTP/1.1 {status} X\r\n").into_bytes();
+                if raw {
+                    if let Some(n) = declared {
+                        out.extend_from_slice(format!("content-length: {n}\r\n").as_bytes());
+                    }
+                } else if !bodyless {
+                    out.extend_from_slice(b"transfer-encoding: chunked\r\n");
                 }
-                out.push_str("\r\n");
-                let _ = s.write_all(out.as_bytes()).await;
+                for (n, v) in head.headers().iter().filter(|(n, _)| {
+                    flaw != ForwardFlaw::DropResponseHeaders
+                        && !n.eq_ignore_ascii_case("content-length")
+                        && !is_hop_by_hop_name(n)
+                }) {
+                    out.extend_from_slice(n.as_bytes());
+                    out.extend_from_slice(b": ");
+                    if flaw == ForwardFlaw::Latin1AsUtf8 {
+                        out.extend_from_slice(v.as_bytes());
+                    } else {
+                        out.extend(v.chars().map(|c| c as u32 as u8));
+                    }
+                    out.extend_from_slice(b"\r\n");
+                }
+                out.extend_from_slice(b"\r\n");
+                let _ = s.write_all(&out).await;
             }
-            Decoded::Chunk(c) if c.id == id && !c.data.is_empty() => {
+            Decoded::Chunk(c)
+                if c.id == id
+                    && c.data.is_empty()
+                    && flaw == ForwardFlaw::EmptyChunkEnds
+                    && started =>
+            {
+                let _ = s.write_all(b"0\r\n\r\n").await;
+                return;
+            }
+            Decoded::Chunk(c) if c.id == id && c.data.is_empty() => {}
+            Decoded::Chunk(c) if c.id == id => {
                 if flaw == ForwardFlaw::TruncateResponse && sent >= frame::MAX_CHUNK_BODY {
                     let _ = s.write_all(b"0\r\n\r\n").await;
                     return;
                 }
                 sent += c.data.len();
+                if raw {
+                    let _ = s.write_all(&c.data).await;
+                    continue;
+                }
+                if bodyless {
+                    continue;
+                }
+                if declared.is_some_and(|n| sent > n) {
+                    // More than the worker said: cut the caller off.
+                    return;
+                }
                 let _ = s
                     .write_all(format!("{:x}\r\n", c.data.len()).as_bytes())
                     .await;
@@ -361,7 +523,13 @@ async fn forward(
                 let _ = s.write_all(b"\r\n").await;
             }
             Decoded::Control(ControlFrame::End { id: i }) if i == id => {
-                let _ = s.write_all(b"0\r\n\r\n").await;
+                if raw {
+                    return;
+                }
+                if !bodyless && declared.is_none_or(|n| n == sent) {
+                    let _ = s.write_all(b"0\r\n\r\n").await;
+                }
+                // Fewer bytes than the worker said: cut off, not completed.
                 return;
             }
             Decoded::Control(ControlFrame::Abort { id: i }) if i == id => {
@@ -388,6 +556,27 @@ async fn forward(
             _ => {}
         }
     }
+}
+
+/// Repeated headers merged into the first of their name, comma-joined.
+fn merged(h: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (n, v) in h {
+        match out.iter_mut().find(|(m, _)| *m == n) {
+            Some((_, w)) => {
+                w.push_str(", ");
+                w.push_str(&v);
+            }
+            None => out.push((n, v)),
+        }
+    }
+    out
+}
+
+/// A Latin-1 string's chars written as UTF-8, each byte then taken as a
+/// char: what a relay that re-encodes forwards.
+fn utf8_as_chars(v: &str) -> String {
+    v.as_bytes().iter().map(|&b| b as char).collect()
 }
 
 pub use crate::fake_worker::{worker, WorkerFlaws};

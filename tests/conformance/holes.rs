@@ -6,38 +6,50 @@
 
 use crate::fake_stream_relay::{streaming_relay, Hole};
 use crate::fakes::WorkerFlaws;
-use crate::report::Outcome;
+use crate::report::{CaseResult, Outcome};
 use crate::{assert_fails, assert_passes, fake_worker_run, lines, relay_config, run, TOKEN};
 use std::time::Duration;
 use worker_relay::connect::TokenTable;
 use worker_relay::gateway::{DuplicatePolicy, Gateway};
 use worker_relay::server::{serve, ServerConfig};
 
-/// `case` against the streaming relay with `hole` (must fail) and without
-/// (must pass), at once.
-async fn broken_and_sound(hole: Hole, case: &str) {
+/// `case` against the streaming relay with `hole` (must WARN: what it
+/// breaks is this kit's recommendation, not a rule of the spec) and
+/// without (must pass), at once.
+async fn warned_and_sound(hole: Hole, case: &str) {
+    let (broken, sound) = both(hole, case).await;
+    assert!(
+        matches!(crate::outcome(&broken, case), Outcome::Warn(_)),
+        "{case} should WARN:\n{}",
+        lines(&broken)
+    );
+    assert_passes(&sound, case);
+}
+
+async fn both(hole: Hole, case: &str) -> (Vec<CaseResult>, Vec<CaseResult>) {
     let broken = relay_config(streaming_relay(hole), Some(case));
     let sound = relay_config(streaming_relay(Hole::None), Some(case));
     let (broken, sound) = tokio::join!(run(&broken), run(&sound));
     // Shown with --nocapture: what each fake came to.
     eprintln!("{}\n{}", lines(&broken), lines(&sound));
-    assert_fails(&broken, case);
-    assert_passes(&sound, case);
+    (broken, sound)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_waiting_on_a_replaced_connection_that_never_reads_fails_the_unread_case() {
-    broken_and_sound(Hole::WaitOnReplaced, "relay.replace.unread-older").await;
+async fn a_relay_waiting_on_a_replaced_connection_that_never_reads_is_warned_by_the_unread_case() {
+    // It still serves the newer connection; holding the older is against
+    // the kit's recommendation (the spec says nothing of a second connection).
+    warned_and_sound(Hole::WaitOnReplaced, "relay.replace.unread-older").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_spending_time_per_token_byte_fails_the_large_token_case() {
-    broken_and_sound(Hole::SlowPerTokenByte, "relay.handshake.large-token").await;
+async fn a_relay_spending_time_per_token_byte_is_warned_by_the_large_token_case() {
+    warned_and_sound(Hole::SlowPerTokenByte, "relay.handshake.large-token").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_holding_each_upload_piece_fails_the_interactive_case() {
-    broken_and_sound(Hole::HoldPieces, "relay.upload.interactive").await;
+async fn a_relay_holding_each_upload_piece_is_warned_by_the_interactive_case() {
+    warned_and_sound(Hole::HoldPieces, "relay.upload.interactive").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
