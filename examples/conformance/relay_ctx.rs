@@ -280,7 +280,7 @@ pub async fn dial(url: &str, token: Option<&str>, protocol: Option<&str>) -> Dia
         Ok(r) => r,
         Err(e) => return Dial::Failed(e),
     };
-    dialled(
+    let d = dialled(
         tokio::time::timeout(
             STEP,
             tokio_tungstenite::connect_async_with_config(
@@ -290,7 +290,42 @@ pub async fn dial(url: &str, token: Option<&str>, protocol: Option<&str>) -> Dia
             ),
         )
         .await,
-    )
+    );
+    match d {
+        // The WebSocket client reads only HTTP/1.1 answers; a refusal in an
+        // HTTP/1.0 status line (as some servers write their errors) is still
+        // a refusal: ask again in raw HTTP to read its status.
+        Dial::Failed(e) if e.contains("HTTP version") => match raw_refusal(url, token, protocol).await {
+            Some(status) => Dial::Refused(status),
+            None => Dial::Failed(e),
+        },
+        d => d,
+    }
+}
+
+/// The status of the relay's answer to an upgrade request sent in raw
+/// HTTP/1.1, if it is not a 101.
+async fn raw_refusal(url: &str, token: Option<&str>, protocol: Option<&str>) -> Option<u16> {
+    let rest = url.strip_prefix("ws://")?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![
+        ("upgrade", "websocket"),
+        ("connection", "Upgrade"),
+        ("sec-websocket-version", "13"),
+        ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ];
+    if let Some(b) = &bearer {
+        headers.push(("authorization", b.as_str()));
+    }
+    if let Some(p) = protocol {
+        headers.push(("sec-websocket-protocol", p));
+    }
+    let path = if path.is_empty() { "/" } else { path };
+    let r = crate::http::exchange(authority, "GET", path, &headers, b"", STEP)
+        .await
+        .ok()?;
+    (r.status != 101 && r.status != 0).then_some(r.status)
 }
 
 /// A dial on a socket whose receive buffer is `rcvbuf` bytes (set before
