@@ -295,10 +295,12 @@ pub async fn dial(url: &str, token: Option<&str>, protocol: Option<&str>) -> Dia
         // The WebSocket client reads only HTTP/1.1 answers; a refusal in an
         // HTTP/1.0 status line (as some servers write their errors) is still
         // a refusal: ask again in raw HTTP to read its status.
-        Dial::Failed(e) if e.contains("HTTP version") => match raw_refusal(url, token, protocol).await {
-            Some(status) => Dial::Refused(status),
-            None => Dial::Failed(e),
-        },
+        Dial::Failed(e) if e.contains("HTTP version") => {
+            match raw_refusal(url, token, protocol).await {
+                Some(status) => Dial::Refused(status),
+                None => Dial::Failed(e),
+            }
+        }
         d => d,
     }
 }

@@ -187,6 +187,9 @@ pub enum ForwardFlaw {
     /// Stops reading a worker connection (holding it open) after a frame
     /// of an unknown type: the connection is wedged until a new one comes.
     WedgeOnUnknown,
+    /// Gives up on a response the worker has not started within 5 s: 504
+    /// to the caller, `abort` to the worker (a proxy's default read timeout).
+    GiveUpAfter5s,
 }
 
 struct Link {
@@ -438,9 +441,15 @@ async fn forward(
     let mut declared: Option<usize> = None;
     let mut sent = 0usize;
     let mut probe = [0u8; 1];
+    let give_up = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         let d = tokio::select! {
             d = inbox.recv() => match d { Some(d) => d, None => return },
+            () = tokio::time::sleep_until(give_up), if !started && flaw == ForwardFlaw::GiveUpAfter5s => {
+                let _ = link.to_worker.send(WsMsg::Text(ControlFrame::Abort { id }.encode().into()));
+                let _ = s.write_all(b"HTTP/1.1 504 Gateway Timeout\r\ncontent-length: 0\r\n\r\n").await;
+                return;
+            }
             r = s.read(&mut probe), if !started && !raw => {
                 if matches!(r, Ok(0) | Err(_)) {
                     if flaw != ForwardFlaw::NoAbortOnHangup {
