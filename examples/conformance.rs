@@ -44,14 +44,20 @@ mod report;
 mod runner;
 #[path = "conformance/tcp_state.rs"]
 mod tcp_state;
+#[path = "conformance/worker_app_contract.rs"]
+mod worker_app_contract;
 #[path = "conformance/worker_cases_conn.rs"]
 mod worker_cases_conn;
 #[path = "conformance/worker_cases_interactive.rs"]
 mod worker_cases_interactive;
+#[path = "conformance/worker_cases_robust.rs"]
+mod worker_cases_robust;
 #[path = "conformance/worker_cases_streams.rs"]
 mod worker_cases_streams;
 #[path = "conformance/worker_ctx.rs"]
 mod worker_ctx;
+#[path = "conformance/worker_observe.rs"]
+mod worker_observe;
 #[path = "conformance/ws_send.rs"]
 mod ws_send;
 
