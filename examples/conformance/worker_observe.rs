@@ -428,3 +428,133 @@ impl Observer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(t: &str) -> WsMsg {
+        WsMsg::Text(t.to_string().into())
+    }
+
+    fn chunk(id: u32, body: &[u8]) -> WsMsg {
+        let mut b = id.to_be_bytes().to_vec();
+        b.extend_from_slice(body);
+        WsMsg::Binary(b.into())
+    }
+
+    /// The violations after the kit opened stream 101 and the worker sent `msgs`.
+    fn seen(msgs: &[WsMsg]) -> (Vec<String>, HashMap<u32, Answered>, Vec<String>) {
+        let shared = SharedRef::default();
+        let mut o = Observer::new(shared.clone());
+        let mut streams = HashMap::new();
+        o.sent(
+            &text(r#"{"type":"request","id":101,"method":"GET","path":"/health","query":"","headers":[]}"#),
+            &mut streams,
+        );
+        for m in msgs {
+            o.take(m, &mut streams);
+        }
+        let v = shared.lock().unwrap().take_violations();
+        (v, streams, o.bad_ids)
+    }
+
+    #[test]
+    fn a_sound_answer_is_no_violation() {
+        let (v, streams, _) = seen(&[
+            text(r#"{"type":"response","id":101,"status":200,"headers":[["content-length","2"]]}"#),
+            chunk(101, b"ok"),
+            chunk(101, b""),
+            text(r#"{"type":"end","id":101}"#),
+            text(r#"{"type":"hello"}"#),
+        ]);
+        assert!(v.is_empty(), "{v:?}");
+        assert_eq!(streams[&101].body, b"ok");
+        assert!(streams[&101].ended);
+    }
+
+    #[test]
+    fn bad_ids_are_kept_and_named() {
+        let (v, streams, bad) = seen(&[
+            text(r#"{"type":"response","id":0,"status":200,"headers":[]}"#),
+            text(r#"{"type":"end","id":"7"}"#),
+            text(r#"{"type":"end","id":4294967296}"#),
+            text(r#"{"type":"abort","id":-3}"#),
+            text(r#"{"type":"abort","id":555}"#),
+        ]);
+        assert!(streams.contains_key(&0));
+        assert_eq!(bad, ["\"7\"", "4294967296", "-3"]);
+        let all = v.join("\n");
+        for want in [
+            "answered on id 0",
+            "id \"7\"",
+            "id 4294967296",
+            "id -3",
+            "id 555, which the kit never opened",
+        ] {
+            assert!(all.contains(want), "{want}: {all}");
+        }
+    }
+
+    #[test]
+    fn malformed_and_out_of_order_frames_are_violations() {
+        let (v, _, _) = seen(&[
+            text("not json"),
+            text("[1]"),
+            text(r#"{"id":101}"#),
+            WsMsg::Binary(vec![0u8, 1].into()),
+            chunk(101, b"early"),
+            text(r#"{"type":"response","id":101,"status":99,"headers":[["a"]]}"#),
+            text(r#"{"type":"response","id":101,"status":200,"headers":[]}"#),
+            chunk(101, &vec![0u8; MAX_CHUNK_BODY + 1]),
+            text(r#"{"type":"end","id":101}"#),
+            chunk(101, b"late"),
+        ]);
+        let all = v.join("\n");
+        for want in [
+            "not JSON",
+            "not an object",
+            "without \"type\"",
+            "binary message of 2 bytes",
+            "before its response",
+            "status 99",
+            "not [name, value] pairs",
+            "a second response",
+            "1048577 body bytes",
+            "after its end",
+        ] {
+            assert!(all.contains(want), "{want}: {all}");
+        }
+    }
+
+    #[test]
+    fn a_body_short_of_its_content_length_is_a_violation() {
+        let (v, _, _) = seen(&[
+            text(r#"{"type":"response","id":101,"status":200,"headers":[["Content-Length","5"]]}"#),
+            chunk(101, b"1234"),
+            text(r#"{"type":"end","id":101}"#),
+        ]);
+        assert_eq!(
+            v,
+            ["stream 101: Content-Length 5, but 4 body bytes before its end"]
+        );
+    }
+
+    #[test]
+    fn earlier_cases_streams_are_not_this_cases_business() {
+        let shared = SharedRef::default();
+        let mut o = Observer::new(shared.clone());
+        let mut streams = HashMap::new();
+        o.sent(
+            &text(r#"{"type":"request","id":9,"method":"GET","path":"/","query":"","headers":[]}"#),
+            &mut streams,
+        );
+        o.new_epoch();
+        o.take(
+            &text(r#"{"type":"response","id":9,"status":200,"headers":[]}"#),
+            &mut streams,
+        );
+        assert!(shared.lock().unwrap().take_violations().is_empty());
+        assert!(streams.is_empty());
+    }
+}
