@@ -6,7 +6,8 @@
 //!
 //! Every route needs `Authorization: Bearer <worker token>` if the worker
 //! has one (the kit sends it when `STRATA_WORKER_TOKEN` is set) and answers
-//! 401 without it, leaving the body unread.
+//! 401 without it, leaving the body unread; a case whose route answers 401
+//! skips too (give the kit the worker's token).
 //!
 //! - `GET /health`: 200 with a short body (the example: `{"status":"ok"}`,
 //!   with its Content-Length). Every mode (`--app` any) needs this one.
@@ -66,13 +67,20 @@ pub const ROUTES: &[(&str, &[&str])] = &[
 /// The path a worker's app does not have: answered 404 without reading.
 pub const NO_SUCH_ROUTE: &str = "/conformance/no-such-route";
 
-/// Whether `status` says the app has no such route (404, 405, 501).
+/// Whether `status` says the app cannot serve the case: it has no such
+/// route (404, 405, 501), or wants a worker token the kit does not have
+/// (401).
 pub fn lacks_route(status: Option<u16>) -> bool {
-    matches!(status, Some(404 | 405 | 501))
+    matches!(status, Some(401 | 404 | 405 | 501))
 }
 
-/// The skip for a case whose route the app lacks.
+/// The skip for a case whose route the app lacks (see [`lacks_route`]).
 pub fn skip_route(route: &str, status: Option<u16>) -> Outcome {
+    if status == Some(401) {
+        return Outcome::Skip(format!(
+            "the app answered {route} with 401: give the kit the worker's token (STRATA_WORKER_TOKEN, --worker-token-env)"
+        ));
+    }
     Outcome::Skip(format!(
         "the app has no {route} (answered {}); see --app example's routes",
         status.map_or("nothing".into(), |s| s.to_string())

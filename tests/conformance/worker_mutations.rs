@@ -189,6 +189,18 @@ async fn the_discard_case_runs_without_a_worker_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_worker_token_the_echo_cases_skip_instead_of_failing() {
+    // The fake's /echo wants the worker token: 401 to a kit that has none.
+    let results = fake_worker_run_without_token(d(), "worker.body").await;
+    for id in ["worker.body.empty-chunks", "worker.body.large-response"] {
+        match outcome(&results, id) {
+            Outcome::Skip(t) => assert!(t.contains("401"), "{t}"),
+            o => panic!("{id} should SKIP: {o:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_app_without_the_slow_sink_skips_the_16_chunk_case() {
     let case = "worker.flow.16-chunk-bound";
     let results = fake_worker_run(
