@@ -559,10 +559,16 @@ async fn malformed(ctx: &mut WorkerCtx) -> Outcome {
         ids.extend(bad_ids.iter().cloned());
         format!("answered on ids [{}]", ids.join(", "))
     };
+    let p80_ok = p80.is_none_or(|s: u16| (400..500).contains(&s));
     let p80 = p80.map_or("ignored".into(), |s| format!("answered {s}"));
-    if !answered.is_empty() || !bad_ids.is_empty() || p80_bad(&p80) {
+    if !answered.is_empty() || !bad_ids.is_empty() {
         return Outcome::Fail(format!(
             "{answers} (an answer goes on the id the relay opened; these it never opened); path without '/': {p80}"
+        ));
+    }
+    if !p80_ok {
+        return Outcome::Fail(format!(
+            "a request whose path has no leading '/' was {p80}: refuse it (4xx) or ignore it"
         ));
     }
     match culprit {
@@ -590,13 +596,6 @@ async fn malformed(ctx: &mut WorkerCtx) -> Outcome {
             }
         }
     }
-}
-
-/// A path without '/' may be refused (4xx) or ignored, nothing else.
-fn p80_bad(p80: &str) -> bool {
-    p80.strip_prefix("answered ")
-        .and_then(|s| s.parse::<u16>().ok())
-        .is_some_and(|s| !(400..500).contains(&s))
 }
 
 /// §Worker-to-relay, the rule `worker.ignore.unknown` checks.
