@@ -114,6 +114,7 @@ impl Context for WorkerCtx {
             let fine = c.closed.is_none() && c.responsive(Duration::from_secs(5)).await.is_some();
             c.streams.clear();
             if fine {
+                self.observed.lock().expect("observed").lost = false;
                 return;
             }
             if c.closed.is_none() {
