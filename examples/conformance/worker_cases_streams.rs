@@ -37,7 +37,7 @@ pub fn cases() -> Vec<Case<WorkerCtx>> {
         case!(WorkerCtx, "worker.flow.16-chunk-bound", CONCURRENCY, Needs::Example, long = false, terminal = false,
             "an app reading slowly: the worker stops reading the socket instead of buffering the body", chunk_bound),
         case!(WorkerCtx, "worker.flow.discard-unread", CONCURRENCY, Needs::ExampleOrStrata, long = false, terminal = false,
-            "the body of a request answered without reading it (401) is discarded, not held", discard_unread),
+            "the body of a request answered without reading it (401 without the worker token; with none known, 404 to a path the app lacks) is discarded, not held", discard_unread),
         case!(WorkerCtx, "worker.app.fail-before", W2R, Needs::Example, long = false, terminal = false,
             "an app failing before its response: 500 with a short body, then end", fail_before),
         case!(WorkerCtx, "worker.app.fail-after", W2R, Needs::Example, long = false, terminal = false,
@@ -45,9 +45,9 @@ pub fn cases() -> Vec<Case<WorkerCtx>> {
         case!(WorkerCtx, "worker.abort.request", R2W, Needs::ExampleOrStrata, long = false, terminal = false,
             "after the relay's abort the worker sends nothing more for the stream", abort_request),
         case!(WorkerCtx, "worker.ignore.malformed", FRAMES, Needs::Any, long = false, terminal = false,
-            "malformed messages (not JSON, bad ids, short chunks) are ignored: no answer, no close", malformed),
+            "malformed messages (not JSON, bad ids, short chunks), one at a time: no answer on a bad id (FAIL); closing on one is WARN (the spec is silent)", malformed),
         case!(WorkerCtx, "worker.ignore.unknown", W2R, Needs::Any, long = false, terminal = false,
-            "unknown types and frames for ids not open are ignored", unknown),
+            "unknown types and frames for ids not open are ignored: no answer, no close (the spec: both sides ignore them)", unknown),
     ]
 }
 
