@@ -58,14 +58,20 @@ mod runner;
 mod tcp_state;
 #[path = "conformance/worker_cases_bounds.rs"]
 mod worker_cases_bounds;
+#[path = "conformance/worker_app_contract.rs"]
+mod worker_app_contract;
 #[path = "conformance/worker_cases_conn.rs"]
 mod worker_cases_conn;
 #[path = "conformance/worker_cases_interactive.rs"]
 mod worker_cases_interactive;
+#[path = "conformance/worker_cases_robust.rs"]
+mod worker_cases_robust;
 #[path = "conformance/worker_cases_streams.rs"]
 mod worker_cases_streams;
 #[path = "conformance/worker_ctx.rs"]
 mod worker_ctx;
+#[path = "conformance/worker_observe.rs"]
+mod worker_observe;
 #[path = "conformance/ws_send.rs"]
 mod ws_send;
 

@@ -61,14 +61,22 @@ mod tcp_state;
 mod worker_app;
 #[path = "../examples/conformance/worker_cases_bounds.rs"]
 mod worker_cases_bounds;
+#[path = "../examples/conformance/worker_app_contract.rs"]
+mod worker_app_contract;
 #[path = "../examples/conformance/worker_cases_conn.rs"]
 mod worker_cases_conn;
 #[path = "../examples/conformance/worker_cases_interactive.rs"]
 mod worker_cases_interactive;
+#[path = "../examples/conformance/worker_cases_robust.rs"]
+mod worker_cases_robust;
 #[path = "../examples/conformance/worker_cases_streams.rs"]
 mod worker_cases_streams;
 #[path = "../examples/conformance/worker_ctx.rs"]
 mod worker_ctx;
+#[path = "conformance/worker_mutations.rs"]
+mod worker_mutations;
+#[path = "../examples/conformance/worker_observe.rs"]
+mod worker_observe;
 #[path = "../examples/conformance/ws_send.rs"]
 mod ws_send;
 
@@ -473,15 +481,6 @@ async fn a_worker_that_redials_after_401_fails_the_final_refusal_case() {
         ..Default::default()
     };
     fake_worker_fails(flaws, "worker.refusal.final").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_that_closes_on_malformed_frames_fails_the_malformed_case() {
-    let flaws = fakes::WorkerFlaws {
-        close_on_malformed: true,
-        ..Default::default()
-    };
-    fake_worker_fails(flaws, "worker.ignore.malformed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,6 +34,7 @@ pub fn worker_cases() -> Vec<Case<WorkerCtx>> {
     let mut c = worker_cases_streams::cases();
     c.extend(worker_cases_interactive::cases());
     c.extend(worker_cases_bounds::cases());
+    c.extend(crate::worker_cases_robust::cases());
     c.extend(worker_cases_conn::cases());
     // The cases that leave the worker refused for good come last.
     c.sort_by_key(|c| c.terminal);

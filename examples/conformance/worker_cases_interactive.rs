@@ -50,6 +50,10 @@ async fn interactive(ctx: &mut WorkerCtx) -> Outcome {
         })
         .await;
         let a = c.streams.get(&k).cloned().unwrap_or_default();
+        if crate::worker_app_contract::lacks_route(a.status) {
+            let _ = c.send_control(&ControlFrame::Abort { id }).await;
+            return crate::worker_app_contract::skip_route("POST /echo", a.status);
+        }
         if a.body.len() < want || a.status != Some(200) {
             let _ = c.send_control(&ControlFrame::Abort { id }).await;
             return Outcome::Fail(format!(

@@ -5,6 +5,7 @@ use crate::case;
 use crate::cli::App;
 use crate::report::{judge, Outcome};
 use crate::runner::{Case, Needs};
+use crate::worker_app_contract::{lacks_route, skip_route, NO_SUCH_ROUTE};
 use crate::worker_ctx::{Conn, WorkerCtx, STEP};
 use crate::ws_send::WsSend;
 use std::time::{Duration, Instant};
@@ -36,7 +37,7 @@ pub fn cases() -> Vec<Case<WorkerCtx>> {
         case!(WorkerCtx, "worker.flow.16-chunk-bound", CONCURRENCY, Needs::Example, long = false, terminal = false,
             "an app reading slowly: the worker stops reading the socket instead of buffering the body", chunk_bound),
         case!(WorkerCtx, "worker.flow.discard-unread", CONCURRENCY, Needs::ExampleOrStrata, long = false, terminal = false,
-            "the body of a request answered without reading it (401) is discarded, not held", discard_unread),
+            "the body of a request answered without reading it (401 without the worker token; with none known, 404 to a path the app lacks) is discarded, not held", discard_unread),
         case!(WorkerCtx, "worker.app.fail-before", W2R, Needs::Example, long = false, terminal = false,
             "an app failing before its response: 500 with a short body, then end", fail_before),
         case!(WorkerCtx, "worker.app.fail-after", W2R, Needs::Example, long = false, terminal = false,
@@ -44,9 +45,9 @@ pub fn cases() -> Vec<Case<WorkerCtx>> {
         case!(WorkerCtx, "worker.abort.request", R2W, Needs::ExampleOrStrata, long = false, terminal = false,
             "after the relay's abort the worker sends nothing more for the stream", abort_request),
         case!(WorkerCtx, "worker.ignore.malformed", FRAMES, Needs::Any, long = false, terminal = false,
-            "malformed messages (not JSON, bad ids, short chunks) are ignored: no answer, no close", malformed),
+            "malformed messages (not JSON, bad ids, short chunks), one at a time: no answer on a bad id (FAIL); closing on one is WARN (the spec is silent)", malformed),
         case!(WorkerCtx, "worker.ignore.unknown", W2R, Needs::Any, long = false, terminal = false,
-            "unknown types and frames for ids not open are ignored", unknown),
+            "unknown types and frames for ids not open are ignored: no answer, no close (the spec: both sides ignore them)", unknown),
     ]
 }
 
@@ -249,6 +250,9 @@ async fn interleave(ctx: &mut WorkerCtx) -> Outcome {
     .await;
     let ra = c.streams.get(&ka).cloned().unwrap_or_default();
     let rb = c.streams.get(&kb).cloned().unwrap_or_default();
+    if lacks_route(ra.status) {
+        return skip_route("POST /echo", ra.status);
+    }
     judge(
         ra.body == body_a && rb.body == body_b && ra.ended && rb.ended,
         format!(
@@ -295,11 +299,28 @@ async fn chunk_bound(ctx: &mut WorkerCtx) -> Outcome {
         c.request(id, "POST", "/slow-sink", "mibps=1", &h, b"", false)
             .await
     );
+    // An app without the route answers at once (404) without reading: that
+    // is a skip, not a figure. The route answers only once it has the body.
+    let k = id.get();
+    c.until(Duration::from_millis(500), |m| {
+        m.get(&k).is_some_and(|s| s.status.is_some())
+    })
+    .await;
+    let early = c.streams.get(&k).and_then(|s| s.status);
+    if lacks_route(early) {
+        let _ = c.send_control(&ControlFrame::Abort { id }).await;
+        return skip_route("POST /slow-sink", early);
+    }
     let start = Instant::now();
     let sent = push_chunks(c, id, CHUNKS, size, window).await;
     let took = start.elapsed();
     // Let go of the stream: the worker drops what it holds and reads again.
     let _ = c.send_control(&ControlFrame::Abort { id }).await;
+    let late = c.streams.get(&k).and_then(|s| s.status);
+    if lacks_route(late) {
+        let _ = c.responsive(STEP).await;
+        return skip_route("POST /slow-sink", late);
+    }
     let back = c.responsive(STEP * 2).await;
     // 16 held + what the app read (1 MiB/s) + the sockets' buffers (a few MiB).
     let bound = 16 + window.as_secs() as usize + 16;
@@ -315,6 +336,16 @@ async fn discard_unread(ctx: &mut WorkerCtx) -> Outcome {
     const CHUNKS: usize = 40;
     let (path, mut headers) = slow_upload(ctx, CHUNKS * frame::MAX_CHUNK_BODY + 16);
     headers.retain(|(n, _)| n != "authorization");
+    // With the worker token known, the app's 401 to a request without it;
+    // without, its 404 to a path it has not (any app answers that without
+    // reading the body; a worker with a token answers 401 first, as well).
+    let token = ctx.t.worker_token.is_some();
+    let path = if token { path } else { NO_SUCH_ROUTE };
+    let want = if token {
+        "401"
+    } else {
+        "an answer (404 or 401)"
+    };
     let c = tryf!(ctx.conn().await);
     let id = c.fresh_id();
     tryf!(
@@ -328,11 +359,11 @@ async fn discard_unread(ctx: &mut WorkerCtx) -> Outcome {
     let Some(status) = status else {
         let _ = c.send_control(&ControlFrame::Abort { id }).await;
         return Outcome::Fail(format!(
-            "no response within {} s to a request without a worker token",
+            "no response within {} s to POST {path} without a worker token, its body not sent yet (want {want})",
             STEP.as_secs()
         ));
     };
-    if status != 401 {
+    if token && status != 401 {
         let _ = c.send_control(&ControlFrame::Abort { id }).await;
         return Outcome::Skip(format!("the app answered {status:?} without a worker token (not 401): is the worker's STRATA_WORKER_TOKEN set?"));
     }
@@ -346,7 +377,7 @@ async fn discard_unread(ctx: &mut WorkerCtx) -> Outcome {
     judge(
         sent == CHUNKS && back.is_some(),
         format!(
-            "401, then {sent} of {CHUNKS} MiB of its body taken in {:.1} s; /health {}",
+            "POST {path}: {status} before its body, then {sent} of {CHUNKS} MiB of the body taken in {:.1} s; /health {}",
             took.as_secs_f64(),
             back.map_or("did not answer".into(), |d| format!(
                 "answered in {} ms",
@@ -365,6 +396,9 @@ async fn fail_before(ctx: &mut WorkerCtx) -> Outcome {
             .await
     );
     let a = c.finished(id, STEP).await;
+    if lacks_route(a.status) {
+        return skip_route("GET /fail-before", a.status);
+    }
     judge(
         a.status == Some(500) && a.ended && !a.body.is_empty() && a.body.len() < 4096,
         format!(
@@ -385,6 +419,9 @@ async fn fail_after(ctx: &mut WorkerCtx) -> Outcome {
             .await
     );
     let a = c.finished(id, STEP).await;
+    if lacks_route(a.status) {
+        return skip_route("GET /fail-after", a.status);
+    }
     judge(
         a.status == Some(200) && a.aborted && !a.ended,
         format!(
@@ -414,6 +451,10 @@ async fn abort_request(ctx: &mut WorkerCtx) -> Outcome {
         );
     }
     c.pump(Duration::from_millis(200)).await;
+    let before = c.streams.get(&id.get()).cloned();
+    if !strata && lacks_route(before.as_ref().and_then(|a| a.status)) {
+        return skip_route("GET /sleep", before.and_then(|a| a.status));
+    }
     tryf!(c.send_control(&ControlFrame::Abort { id }).await);
     if strata {
         // The rest of the body (short of its Content-Length) and `end`: a
@@ -423,7 +464,13 @@ async fn abort_request(ctx: &mut WorkerCtx) -> Outcome {
         tryf!(c.send_control(&ControlFrame::End { id }).await);
     }
     c.pump(Duration::from_millis(2500)).await;
-    let after = c.streams.get(&id.get()).cloned();
+    // What came for the stream after the abort (the same as before it: nothing).
+    let after = c.streams.get(&id.get()).cloned().filter(|a| {
+        before.as_ref().is_none_or(|b| {
+            (a.status, a.body.len(), a.ended, a.aborted)
+                != (b.status, b.body.len(), b.ended, b.aborted)
+        })
+    });
     let back = c.responsive(STEP).await;
     match after {
         None => judge(
@@ -447,90 +494,177 @@ async fn abort_request(ctx: &mut WorkerCtx) -> Outcome {
 }
 
 async fn malformed(ctx: &mut WorkerCtx) -> Outcome {
-    let c = tryf!(ctx.conn().await);
     let req = |id: &str| {
         format!(
             r#"{{"type":"request","id":{id},"method":"GET","path":"/health","query":"","headers":[]}}"#
         )
     };
-    let msgs = vec![
-        WsMsg::Text("not json".into()),
-        WsMsg::Text("[1,2,3]".into()),
-        WsMsg::Text("{\"type\":".into()),
-        WsMsg::Text(req("0").into()),
-        WsMsg::Text(req("\"77\"").into()),
-        WsMsg::Text(req("4294967296").into()),
-        WsMsg::Text(req("-78").into()),
-        WsMsg::Text(req("79.5").into()),
-        WsMsg::Text(
-            r#"{"type":"request","id":80,"method":"GET","path":"health","query":"","headers":[]}"#
-                .into(),
+    let msgs: Vec<(&str, WsMsg)> = vec![
+        ("text that is not JSON", WsMsg::Text("not json".into())),
+        ("JSON that is not an object", WsMsg::Text("[1,2,3]".into())),
+        ("truncated JSON", WsMsg::Text("{\"type\":".into())),
+        ("a request on id 0", WsMsg::Text(req("0").into())),
+        ("a request on id \"77\" (a string)", WsMsg::Text(req("\"77\"").into())),
+        ("a request on id 2^32", WsMsg::Text(req("4294967296").into())),
+        ("a request on id -78", WsMsg::Text(req("-78").into())),
+        ("a request on id 79.5", WsMsg::Text(req("79.5").into())),
+        (
+            "a request whose path has no leading '/'",
+            WsMsg::Text(
+                r#"{"type":"request","id":80,"method":"GET","path":"health","query":"","headers":[]}"#
+                    .into(),
+            ),
         ),
-        WsMsg::Text(r#"{"type":"end","id":-1}"#.into()),
-        WsMsg::Binary(vec![0u8, 0].into()),
-        WsMsg::Binary(vec![0u8, 0, 0, 0, 1, 2, 3].into()),
+        ("an end on id -1", WsMsg::Text(r#"{"type":"end","id":-1}"#.into())),
+        ("a binary message of 2 bytes", WsMsg::Binary(vec![0u8, 0].into())),
+        (
+            "a chunk on id 0",
+            WsMsg::Binary(vec![0u8, 0, 0, 0, 1, 2, 3].into()),
+        ),
     ];
     let n = msgs.len();
-    let before: Vec<u32> = c.streams.keys().copied().collect();
-    if let Err(e) = c.send_all(msgs).await {
-        return Outcome::Fail(format!("the connection broke: {e}"));
+    let before: Vec<u32> = tryf!(ctx.conn().await).streams.keys().copied().collect();
+    // One at a time, each followed by /health: what made the worker close
+    // (or stop answering), if anything did, is named.
+    let mut culprit = None;
+    let mut answered = Vec::new();
+    let mut bad_ids = Vec::new();
+    let mut p80 = None;
+    for (what, m) in msgs {
+        let c = tryf!(ctx.conn().await);
+        let sent = c.send(m).await;
+        let back = if sent.is_ok() {
+            c.responsive(STEP).await
+        } else {
+            None
+        };
+        let new: Vec<u32> = c
+            .streams
+            .keys()
+            .copied()
+            .filter(|k| *k != 80 && !before.contains(k) && !c.issued(*k) && !answered.contains(k))
+            .collect();
+        answered.extend(new);
+        bad_ids.append(&mut c.obs.bad_ids);
+        p80 = p80.or(c.streams.get(&80).and_then(|s| s.status));
+        if back.is_none() {
+            culprit = Some((what, c.closed.is_some() || sent.is_err()));
+            break;
+        }
     }
-    let back = c.responsive(STEP).await;
-    // Only 80 (a path without /) may be answered, with a 400: any other new
-    // stream is an answer to a malformed id (77, a wrapped -78, a truncated
-    // 2^32, …), whatever the worker made of it.
-    let answered: Vec<u32> = c
-        .streams
-        .keys()
-        .copied()
-        .filter(|k| *k != 80 && !before.contains(k) && !c.issued(*k))
-        .collect();
-    let p80 = c.streams.get(&80).and_then(|s| s.status);
-    let closed = c.closed;
-    judge(
-        back.is_some() && answered.is_empty() && closed.is_none() && p80.is_none_or(|s| (400..500).contains(&s)),
-        format!(
-            "{n} malformed messages; answered ids {answered:?}; path without '/': {}; connection {}; /health {}",
-            p80.map_or("ignored".into(), |s| format!("answered {s}")),
-            if closed.is_none() { "kept" } else { "closed" },
-            if back.is_some() { "answered" } else { "not answered" }
-        ),
-    )
+    let answers = if answered.is_empty() && bad_ids.is_empty() {
+        "answered no malformed id".to_string()
+    } else {
+        let mut ids: Vec<String> = answered.iter().map(|k| k.to_string()).collect();
+        ids.extend(bad_ids.iter().cloned());
+        format!("answered on ids [{}]", ids.join(", "))
+    };
+    let p80_ok = p80.is_none_or(|s: u16| (400..500).contains(&s));
+    let p80 = p80.map_or("ignored".into(), |s| format!("answered {s}"));
+    if !answered.is_empty() || !bad_ids.is_empty() {
+        return Outcome::Fail(format!(
+            "{answers} (an answer goes on the id the relay opened; these it never opened); path without '/': {p80}"
+        ));
+    }
+    if !p80_ok {
+        return Outcome::Fail(format!(
+            "a request whose path has no leading '/' was {p80}: refuse it (4xx) or ignore it"
+        ));
+    }
+    match culprit {
+        None => Outcome::Pass(format!(
+            "{n} malformed messages, /health answered after each; {answers}; path without '/': {p80}; connection kept"
+        )),
+        Some((what, false)) => Outcome::Fail(format!(
+            "after {what}, the worker kept the connection but stopped answering /health"
+        )),
+        Some((what, true)) => {
+            ctx.conn = None;
+            let back = match ctx.conn().await {
+                Ok(c) => c.responsive(STEP).await,
+                Err(_) => None,
+            };
+            match back {
+                Some(_) => Outcome::Warn(format!(
+                    "the worker closed the connection on {what}, then redialled and answered /health; \
+                     the spec does not say what a worker does with a message that is not a frame, \
+                     and this kit recommends ignoring it (one bad message ends every stream in flight)"
+                )),
+                None => Outcome::Fail(format!(
+                    "the worker closed the connection on {what} and did not come back to answer /health"
+                )),
+            }
+        }
+    }
 }
+
+/// §Worker-to-relay, the rule `worker.ignore.unknown` checks.
+const IGNORE_RULE: &str =
+    "the spec: \"Both sides ignore a frame with an unknown type, and frames for an id that is not open\"";
 
 async fn unknown(ctx: &mut WorkerCtx) -> Outcome {
     let c = tryf!(ctx.conn().await);
     let ghost = StreamId::new(555).expect("555");
-    let msgs = vec![
-        WsMsg::Text(r#"{"type":"hello","id":5}"#.into()),
-        WsMsg::Text(
-            r#"{"type":"REQUEST","id":6,"method":"GET","path":"/health","query":"","headers":[]}"#
-                .into(),
+    let msgs: Vec<(&str, WsMsg)> = vec![
+        ("a frame of type \"hello\"", WsMsg::Text(r#"{"type":"hello","id":5}"#.into())),
+        (
+            "a frame of type \"REQUEST\"",
+            WsMsg::Text(
+                r#"{"type":"REQUEST","id":6,"method":"GET","path":"/health","query":"","headers":[]}"#
+                    .into(),
+            ),
         ),
-        WsMsg::Text(r#"{"type":"response","id":9,"status":200,"headers":[]}"#.into()),
-        WsMsg::Text(ControlFrame::End { id: ghost }.encode().into()),
-        WsMsg::Text(ControlFrame::Abort { id: ghost }.encode().into()),
-        WsMsg::Binary(frame::encode_chunk(ghost, b"nobody's body")),
+        (
+            "a response (a type the relay does not send)",
+            WsMsg::Text(r#"{"type":"response","id":9,"status":200,"headers":[]}"#.into()),
+        ),
+        ("an end for id 555, not open", WsMsg::Text(ControlFrame::End { id: ghost }.encode().into())),
+        ("an abort for id 555, not open", WsMsg::Text(ControlFrame::Abort { id: ghost }.encode().into())),
+        ("a chunk for id 555, not open", WsMsg::Binary(frame::encode_chunk(ghost, b"nobody's body"))),
     ];
     let n = msgs.len();
-    if let Err(e) = c.send_all(msgs).await {
-        return Outcome::Fail(format!("the connection broke: {e}"));
+    let mut culprit = None;
+    for (what, m) in msgs {
+        let sent = c.send(m).await;
+        c.pump(Duration::from_millis(20)).await;
+        if sent.is_err() || c.closed.is_some() {
+            culprit = Some(what);
+            break;
+        }
     }
-    let back = c.responsive(STEP).await;
+    let back = if culprit.is_none() {
+        c.responsive(STEP).await
+    } else {
+        None
+    };
+    if culprit.is_none() && c.closed.is_some() {
+        culprit = Some("the frames to ignore");
+    }
     let answered: Vec<u32> = c
         .streams
         .keys()
         .copied()
         .filter(|k| matches!(k, 5 | 6 | 9 | 555))
         .collect();
+    if let Some(what) = culprit {
+        return Outcome::Fail(format!(
+            "the worker closed the connection on {what} ({IGNORE_RULE})"
+        ));
+    }
+    let ok = back.is_some() && answered.is_empty();
     judge(
-        back.is_some() && answered.is_empty() && c.closed.is_none(),
+        ok,
         format!(
-            "{n} frames to ignore; answered ids {answered:?}; /health {}",
+            "{n} frames to ignore; answered ids {answered:?}; connection kept; /health {}{}",
             if back.is_some() {
                 "answered"
             } else {
                 "not answered"
+            },
+            if ok {
+                String::new()
+            } else {
+                format!(" ({IGNORE_RULE})")
             }
         ),
     )

@@ -14,10 +14,9 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message as WsMsg;
 use tokio_tungstenite::WebSocketStream;
-use worker_relay::frame::{
-    self, ControlFrame, Decoded, Headers, RequestHead, StreamId, SUBPROTOCOL,
-};
+use worker_relay::frame::{self, ControlFrame, Headers, RequestHead, StreamId, SUBPROTOCOL};
 
+use crate::worker_observe::{Observer, SharedRef};
 use crate::ws_send::WsSend;
 pub use crate::ws_send::STEP;
 
@@ -58,6 +57,9 @@ pub struct Answered {
     pub aborted: bool,
     /// Frames after `end`/`abort`, or before `response`.
     pub out_of_order: usize,
+    /// Body chunks received, and the largest one's body.
+    pub chunks: usize,
+    pub max_chunk: usize,
 }
 
 /// One accepted worker connection.
@@ -67,6 +69,8 @@ pub struct Conn {
     pub closed: Option<Option<u16>>,
     pub pings: Vec<Instant>,
     next_id: u32,
+    /// Reads what the worker sends leniently and notes what is wrong.
+    pub obs: Observer,
 }
 
 pub struct WorkerCtx {
@@ -77,6 +81,8 @@ pub struct WorkerCtx {
     raw: std::sync::Mutex<Option<TcpStream>>,
     /// The worker the kit started (`--exec`), if it did.
     pub exec: Option<crate::exec::Exec>,
+    /// What the connections' observers found (see `worker_observe`).
+    pub observed: SharedRef,
 }
 
 impl Context for WorkerCtx {
@@ -88,13 +94,56 @@ impl Context for WorkerCtx {
         }
     }
 
+    /// Each case starts from a known state: the streams the last case left
+    /// open aborted, what is pending drained, a fresh stream table (ids
+    /// keep increasing), and a worker that answers `/health`; a connection
+    /// that is gone or wedged is dropped and the worker's next dial
+    /// accepted (it redials with backoff), so a case fails for its own
+    /// reason, not for the one before.
     async fn before_case(&mut self) {
         if let Some(c) = self.conn.as_mut() {
-            c.pump(Duration::from_millis(50)).await;
-            if c.closed.is_some() {
-                self.conn = None;
+            let aborts = c
+                .obs
+                .open_ids(&c.streams)
+                .into_iter()
+                .filter_map(StreamId::new)
+                .map(|id| WsMsg::Text(ControlFrame::Abort { id }.encode().into()))
+                .collect();
+            let _ = c.send_all(aborts).await;
+            c.pump(Duration::from_millis(100)).await;
+            c.obs.new_epoch();
+            c.streams.clear();
+            let fine = c.closed.is_none() && c.responsive(Duration::from_secs(5)).await.is_some();
+            c.streams.clear();
+            if fine {
+                self.observed.lock().expect("observed").lost = false;
+                return;
             }
+            if c.closed.is_none() {
+                c.close().await;
+            }
+            self.conn = None;
         }
+        if self.first.is_none() {
+            return; // not connected yet: the run accepts the first dial
+        }
+        let lost = self.observed.lock().expect("observed").lost;
+        let wait = Duration::from_secs(if lost { 5 } else { 45 });
+        let accepted = match self.next_dial(wait).await {
+            Ok((s, hs)) => self.answer(s, &hs, Answer::Accept).await.ok().flatten(),
+            Err(_) => None,
+        };
+        self.observed.lock().expect("observed").lost = accepted.is_none();
+        if let Some(mut c) = accepted {
+            c.pump(Duration::from_millis(100)).await;
+            c.obs.new_epoch();
+            c.streams.clear();
+            self.conn = Some(c);
+        }
+    }
+
+    fn take_violations(&mut self) -> Vec<String> {
+        self.observed.lock().expect("observed").take_violations()
     }
 
     async fn fresh_peer(&mut self) -> Result<(), String> {
@@ -125,6 +174,7 @@ impl WorkerCtx {
             conn: None,
             raw: std::sync::Mutex::new(None),
             exec: None,
+            observed: SharedRef::default(),
         })
     }
 
@@ -257,6 +307,7 @@ impl WorkerCtx {
             closed: None,
             pings: Vec::new(),
             next_id: 100,
+            obs: Observer::new(self.observed.clone()),
         }))
     }
 
@@ -340,53 +391,13 @@ impl Conn {
             }
             Ok(Some(Ok(m))) => m,
         };
-        let decoded = match m {
-            WsMsg::Text(t) => frame::decode_text(t.as_str()).ok(),
-            WsMsg::Binary(b) => frame::decode_binary(b).ok(),
-            WsMsg::Ping(_) => {
-                self.pings.push(Instant::now());
-                None
-            }
+        match &m {
+            WsMsg::Ping(_) => self.pings.push(Instant::now()),
             WsMsg::Close(c) => {
-                self.closed = Some(c.map(|c| u16::from(c.code)));
+                self.closed = Some(c.as_ref().map(|c| u16::from(c.code)));
                 return false;
             }
-            _ => None,
-        };
-        match decoded {
-            Some(Decoded::Control(ControlFrame::Response { id, head })) => {
-                let s = self.streams.entry(id.get()).or_default();
-                if s.status.is_some() || s.ended || s.aborted {
-                    s.out_of_order += 1;
-                }
-                s.status = Some(head.status());
-                s.headers = head
-                    .headers()
-                    .iter()
-                    .map(|(n, v)| (n.to_string(), v.to_string()))
-                    .collect();
-            }
-            Some(Decoded::Chunk(c)) => {
-                let s = self.streams.entry(c.id.get()).or_default();
-                if s.status.is_none() || s.ended || s.aborted {
-                    s.out_of_order += 1;
-                }
-                s.body.extend_from_slice(&c.data);
-            }
-            Some(Decoded::Control(ControlFrame::End { id })) => {
-                let s = self.streams.entry(id.get()).or_default();
-                if s.status.is_none() || s.ended || s.aborted {
-                    s.out_of_order += 1;
-                }
-                s.ended = true;
-            }
-            Some(Decoded::Control(ControlFrame::Abort { id })) => {
-                let s = self.streams.entry(id.get()).or_default();
-                if s.ended || s.aborted {
-                    s.out_of_order += 1;
-                }
-                s.aborted = true;
-            }
+            WsMsg::Text(_) | WsMsg::Binary(_) => self.obs.take(&m, &mut self.streams),
             _ => {}
         }
         true
@@ -432,9 +443,15 @@ impl Conn {
     pub async fn responsive(&mut self, within: Duration) -> Option<Duration> {
         let start = Instant::now();
         let id = self.fresh_id();
-        self.request(id, "GET", "/health", "", &[], b"", true)
+        if self
+            .request(id, "GET", "/health", "", &[], b"", true)
             .await
-            .ok()?;
+            .is_err()
+        {
+            // Broken, most likely: read what is left (a close frame).
+            self.pump(Duration::from_millis(500)).await;
+            return None;
+        }
         let a = self.finished(id, within).await;
         (a.status.is_some() && a.ended).then(|| start.elapsed())
     }
@@ -450,5 +467,15 @@ impl WsSend for Conn {
 
     fn socket(&mut self) -> &mut WebSocketStream<TcpStream> {
         &mut self.ws
+    }
+
+    /// As the trait's, and the observer learns which streams the kit opens and aborts.
+    async fn send(&mut self, m: WsMsg) -> Result<(), String> {
+        self.obs.sent(&m, &mut self.streams);
+        match tokio::time::timeout(STEP, futures_util::SinkExt::send(&mut self.ws, m)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("send failed: {e}")),
+            Err(_) => Err(format!("send timed out ({} stopped reading)", Self::PEER)),
+        }
     }
 }

@@ -46,14 +46,29 @@ pub struct WorkerFlaws {
     /// Echoes a body without Content-Length only once it has all of it
     /// (without the flaw, each piece as it comes).
     pub hold_echo: bool,
+    /// Takes a request on id 0 (which it cannot decode) and answers it on id 0.
+    pub id_zero: bool,
+    /// Answers in chunks of 2 MiB (without the flaw, at most 1 MiB).
+    pub big_chunks: bool,
+    /// Takes an empty chunk for the end of the request body.
+    pub empty_chunk_ends: bool,
+    /// Says Content-Length one more than the body it sends.
+    pub wrong_content_length: bool,
+    /// Closes the connection 20 s after connecting, although its pings are answered.
+    pub close_every_20s: bool,
+    /// Stops answering (but keeps reading) after a message it cannot decode.
+    pub wedge_on_garbage: bool,
+    /// Has no `/slow-sink`: 404 at once, the body unread.
+    pub no_slow_sink: bool,
 }
 
-/// A worker that reads everything into memory (no 16-chunk bound), has no
-/// message size limit and no keepalive. Its app: `/health`, `/sleep?ms=`,
-/// `/echo` (401 at once without the worker token; a body without
-/// Content-Length is echoed piece by piece), `/fail-before`,
-/// `/fail-after?n=`, anything else 404 once its request has ended. Broken
-/// further by `flaws`.
+/// A worker that reads everything into memory (no 16-chunk bound) and has
+/// no message size limit; it pings every 10 s but never checks for pongs.
+/// Its app: `/health`, `/sleep?ms=`, `/echo` (401 at once without the
+/// worker token; a body without Content-Length is echoed piece by piece),
+/// `/fail-before`, `/fail-after?n=`, `/slow-sink` (reads at once, answers
+/// the length at its end), anything else 404 at once, the body unread.
+/// Broken further by `flaws`.
 pub async fn worker(url: String, flaws: WorkerFlaws) {
     let mut delay = 1.0f64;
     for _ in 0..100 {
@@ -103,6 +118,12 @@ where
     // Echoed as they come (a body without Content-Length).
     let mut echoing: HashSet<u32> = HashSet::new();
     let auth = format!("Bearer {}", crate::WORKER_TOKEN);
+    let answer = |id, status, body| answer(id, status, body, flaws);
+    let every = Duration::from_secs(10);
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let doom = tokio::time::sleep(Duration::from_secs(20));
+    tokio::pin!(doom);
+    let mut wedged = false;
     loop {
         let m = tokio::select! {
             m = stream.next() => match m { Some(Ok(m)) => m, _ => return },
@@ -115,7 +136,35 @@ where
                 }
                 continue;
             }
+            _ = ping.tick() => {
+                if sink.send(WsMsg::Ping(Vec::new().into())).await.is_err() { return; }
+                continue;
+            }
+            _ = &mut doom, if flaws.close_every_20s => return close(&mut sink).await,
         };
+        let zero = match &m {
+            WsMsg::Text(t) if flaws.id_zero => {
+                serde_json::from_str::<serde_json::Value>(t.as_str())
+                    .ok()
+                    .filter(|v| v["type"] == "request" && v["id"] == 0)
+            }
+            _ => None,
+        };
+        if zero.is_some() {
+            // Answers on id 0, as a lenient decoder that takes 0 for an id would.
+            let mut chunk = vec![0u8; 4];
+            chunk.extend_from_slice(br#"{"status":"ok"}"#);
+            for m in [
+                WsMsg::Text(r#"{"type":"response","id":0,"status":200,"headers":[]}"#.into()),
+                WsMsg::Binary(chunk.into()),
+                WsMsg::Text(r#"{"type":"end","id":0}"#.into()),
+            ] {
+                if sink.send(m).await.is_err() {
+                    return;
+                }
+            }
+            continue;
+        }
         let decoded = match m {
             WsMsg::Text(t) => frame::decode_text(t.as_str()),
             WsMsg::Binary(b) => frame::decode_binary(b),
@@ -124,10 +173,19 @@ where
         };
         let d = match decoded {
             Ok(Decoded::Unknown) if flaws.close_on_unknown => return close(&mut sink).await,
+            Ok(Decoded::Chunk(c)) if flaws.empty_chunk_ends && c.data.is_empty() => {
+                Decoded::Control(ControlFrame::End { id: c.id })
+            }
             Ok(d) => d,
             Err(_) if flaws.close_on_malformed => return close(&mut sink).await,
-            Err(_) => continue,
+            Err(_) => {
+                wedged |= flaws.wedge_on_garbage;
+                continue;
+            }
         };
+        if wedged {
+            continue;
+        }
         let key = |id: u32| if flaws.one_body { 0 } else { id };
         let reply: Vec<WsMsg> = match d {
             Decoded::Control(ControlFrame::Request { id, head }) => {
@@ -141,9 +199,23 @@ where
                 used.insert(k);
                 aborted.remove(&k);
                 let t = head.target();
+                let path = t.split('?').next().unwrap_or("").to_string();
+                let known = [
+                    "/health",
+                    "/echo",
+                    "/sleep",
+                    "/fail-before",
+                    "/fail-after",
+                    "/slow-sink",
+                ];
                 if t == "/echo" && head.headers().get("authorization") != Some(auth.as_str()) {
                     unread.insert(k, 0);
                     answer(id, 401, b"unauthorized".to_vec())
+                } else if !known.contains(&path.as_str())
+                    || (flaws.no_slow_sink && path == "/slow-sink")
+                {
+                    unread.insert(k, 0);
+                    answer(id, 404, b"not found".to_vec())
                 } else if t == "/echo"
                     && head.headers().get("content-length").is_none()
                     && !flaws.hold_echo
@@ -202,6 +274,9 @@ where
                         continue;
                     }
                     Some(t) if t == "/health" => answer(id, 200, br#"{"status":"ok"}"#.to_vec()),
+                    Some(t) if t.starts_with("/slow-sink") => {
+                        answer(id, 200, body.len().to_string().into_bytes())
+                    }
                     Some(t) if t == "/echo" => answer(id, 200, body),
                     Some(t) if t == "/fail-before" => {
                         if flaws.abort_before_response {
@@ -246,12 +321,23 @@ fn response(id: StreamId, status: u16, headers: Headers) -> WsMsg {
     WsMsg::Text(ControlFrame::Response { id, head }.encode().into())
 }
 
-/// `response` (with Content-Length), one chunk, `end`.
-fn answer(id: StreamId, status: u16, body: Vec<u8>) -> Vec<WsMsg> {
-    let headers = Headers::try_from_pairs([("content-length", body.len().to_string())]).unwrap();
-    vec![
-        response(id, status, headers),
-        WsMsg::Binary(frame::encode_chunk(id, &body)),
-        WsMsg::Text(ControlFrame::End { id }.encode().into()),
-    ]
+/// `response` (with Content-Length), the body in chunks of at most 1 MiB
+/// (at least one chunk), `end`.
+fn answer(id: StreamId, status: u16, body: Vec<u8>, flaws: WorkerFlaws) -> Vec<WsMsg> {
+    let said = body.len() + usize::from(flaws.wrong_content_length);
+    let headers = Headers::try_from_pairs([("content-length", said.to_string())]).unwrap();
+    let size = if flaws.big_chunks {
+        2 * frame::MAX_CHUNK_BODY
+    } else {
+        frame::MAX_CHUNK_BODY
+    };
+    let mut m = vec![response(id, status, headers)];
+    if body.is_empty() {
+        m.push(WsMsg::Binary(frame::encode_chunk(id, &body)));
+    }
+    for piece in body.chunks(size) {
+        m.push(WsMsg::Binary(frame::encode_chunk(id, piece)));
+    }
+    m.push(WsMsg::Text(ControlFrame::End { id }.encode().into()));
+    m
 }
