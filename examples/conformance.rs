@@ -56,10 +56,10 @@ mod report;
 mod runner;
 #[path = "conformance/tcp_state.rs"]
 mod tcp_state;
-#[path = "conformance/worker_cases_bounds.rs"]
-mod worker_cases_bounds;
 #[path = "conformance/worker_app_contract.rs"]
 mod worker_app_contract;
+#[path = "conformance/worker_cases_bounds.rs"]
+mod worker_cases_bounds;
 #[path = "conformance/worker_cases_conn.rs"]
 mod worker_cases_conn;
 #[path = "conformance/worker_cases_interactive.rs"]

@@ -59,10 +59,10 @@ mod runner;
 mod tcp_state;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
-#[path = "../examples/conformance/worker_cases_bounds.rs"]
-mod worker_cases_bounds;
 #[path = "../examples/conformance/worker_app_contract.rs"]
 mod worker_app_contract;
+#[path = "../examples/conformance/worker_cases_bounds.rs"]
+mod worker_cases_bounds;
 #[path = "../examples/conformance/worker_cases_conn.rs"]
 mod worker_cases_conn;
 #[path = "../examples/conformance/worker_cases_interactive.rs"]

@@ -60,6 +60,12 @@ pub struct WorkerFlaws {
     pub wedge_on_garbage: bool,
     /// Has no `/slow-sink`: 404 at once, the body unread.
     pub no_slow_sink: bool,
+    /// Takes messages up to 1 MiB + 3 bytes only: a full chunk (1 MiB + 4)
+    /// ends the connection (an off-by-one limit).
+    pub limit_one_short: bool,
+    /// Keeps its reconnect delay growing after a handshake succeeds (no
+    /// reset to 1 s).
+    pub no_backoff_reset: bool,
 }
 
 /// A worker that reads everything into memory (no 16-chunk bound) and has
@@ -79,12 +85,15 @@ pub async fn worker(url: String, flaws: WorkerFlaws) {
         }
         req.headers_mut()
             .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        let limit = flaws.limit_one_short.then_some(frame::MAX_MESSAGE_LEN - 1);
         let config = WebSocketConfig::default()
-            .max_message_size(None)
-            .max_frame_size(None);
+            .max_message_size(limit)
+            .max_frame_size(limit);
         match tokio_tungstenite::connect_async_with_config(req, Some(config), true).await {
             Ok((ws, _)) => {
-                delay = 1.0;
+                if !flaws.no_backoff_reset {
+                    delay = 1.0;
+                }
                 serve(ws, flaws).await;
             }
             Err(tungstenite::Error::Http(r)) if r.status() == 401 && !flaws.redial_after_final => {

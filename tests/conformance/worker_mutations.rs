@@ -256,3 +256,21 @@ async fn a_wedged_worker_fails_its_own_case_and_not_the_next() {
     assert_passes(&results, "worker.id.max");
     worker.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refusing_a_full_chunk_fails_the_exact_limit_case() {
+    let flaws = F {
+        limit_one_short: true,
+        ..d()
+    };
+    caught_with_control(flaws, "worker.oversize.exact-limit").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_delay_survives_a_handshake_fails_the_reset_case() {
+    let flaws = F {
+        no_backoff_reset: true,
+        ..d()
+    };
+    caught_with_control(flaws, "worker.backoff.reset").await;
+}
