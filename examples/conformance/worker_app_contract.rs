@@ -16,9 +16,11 @@
 //!   carries the request's `Content-Type` (or `application/octet-stream`)
 //!   and, if the request had one, its `Content-Length`.
 //! - `POST /slow-sink?mibps=N`: reads the body at N MiB/s (a slow disk),
-//!   then 200 with its length in decimal. Only for the 16-chunk bound.
-//! - `GET /sleep?ms=N`: 200 after N milliseconds (`slept N ms`); the app
-//!   learns if its client went first. Only for the abort case.
+//!   then 200 with its length in decimal. Only for the 16-chunk bound,
+//!   which without it holds a body on `GET /sleep?ms=6000` instead.
+//! - `GET /sleep?ms=N`: 200 after N milliseconds (`slept N ms`), never
+//!   reading a body; the app learns if its client went first. For the abort
+//!   case, and for the 16-chunk bound when there is no `/slow-sink`.
 //! - `GET /fail-before`: the app fails before it has a response (the worker
 //!   answers 500 with a short text body).
 //! - `GET /fail-after?n=N`: 200, N bytes of body, then the app fails (the
@@ -44,7 +46,10 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("worker.interleave.echo", &["POST /echo"]),
     (
         "worker.flow.16-chunk-bound",
-        &["POST /slow-sink?mibps=1", "GET /health"],
+        &[
+            "POST /slow-sink?mibps=1, or else GET /sleep?ms=6000 (its body never read)",
+            "GET /health",
+        ],
     ),
     (
         "worker.flow.discard-unread",

@@ -21,7 +21,7 @@ pub fn cases() -> Vec<Case<WorkerCtx>> {
             "a message of 1 MiB + 5 bytes makes the worker close with 1009", oversize),
         case!(WorkerCtx, "worker.keepalive.ping", CONNECTING, Needs::Any, long = true, terminal = false,
             "an idle worker pings within 25 s of connecting (the spec: every 20 s)", keepalive_ping),
-        case!(WorkerCtx, "worker.keepalive.no-pong", CONNECTING, Needs::Any, long = true, terminal = false,
+        case!(WorkerCtx, "worker.keepalive.no-pong", CONNECTING, Needs::Any, long = false, terminal = false,
             "a relay that never answers pings is dropped within 20 s (+5 s) of the ping", keepalive_no_pong),
         case!(WorkerCtx, "worker.backoff.jitter", CONNECTING, Needs::Any, long = false, terminal = false,
             "after a close and refusals 503, 429, 408 the redials wait within [d/2, d] for d = 1, 2, 4, 8 s, with jitter", backoff),

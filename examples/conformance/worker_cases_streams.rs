@@ -287,6 +287,26 @@ async fn push_chunks(
     sent
 }
 
+/// The routes whose app holds a request body unread for a while, in the
+/// order tried: the method, path, query, how fast the app reads (MiB/s),
+/// and what the figure says of it.
+const SLOW_READERS: [(&str, &str, &str, usize, &str); 2] = [
+    (
+        "POST",
+        "/slow-sink",
+        "mibps=1",
+        1,
+        "while its app read 1 MiB/s",
+    ),
+    (
+        "GET",
+        "/sleep",
+        "ms=6000",
+        0,
+        "while its app slept without reading (no /slow-sink)",
+    ),
+];
+
 async fn chunk_bound(ctx: &mut WorkerCtx) -> Outcome {
     const CHUNKS: usize = 64;
     let size = frame::MAX_CHUNK_BODY;
@@ -294,23 +314,34 @@ async fn chunk_bound(ctx: &mut WorkerCtx) -> Outcome {
     let mut h = ctx.auth();
     h.push(("content-length".into(), (CHUNKS * size).to_string()));
     let c = tryf!(ctx.conn().await);
-    let id = c.fresh_id();
-    tryf!(
-        c.request(id, "POST", "/slow-sink", "mibps=1", &h, b"", false)
-            .await
-    );
-    // An app without the route answers at once (404) without reading: that
-    // is a skip, not a figure. The route answers only once it has the body.
-    let k = id.get();
-    c.until(Duration::from_millis(500), |m| {
-        m.get(&k).is_some_and(|s| s.status.is_some())
-    })
-    .await;
-    let early = c.streams.get(&k).and_then(|s| s.status);
-    if lacks_route(early) {
-        let _ = c.send_control(&ControlFrame::Abort { id }).await;
-        return skip_route("POST /slow-sink", early);
+    // An app without a route answers at once (404) without reading: the
+    // next route is tried, and with none a skip, not a figure. The routes
+    // answer only once they have the body, or after their sleep.
+    let mut chosen = None;
+    let mut lacked = Vec::new();
+    for (method, path, query, rate, how) in SLOW_READERS {
+        let id = c.fresh_id();
+        tryf!(c.request(id, method, path, query, &h, b"", false).await);
+        let k = id.get();
+        c.until(Duration::from_millis(500), |m| {
+            m.get(&k).is_some_and(|s| s.status.is_some())
+        })
+        .await;
+        let early = c.streams.get(&k).and_then(|s| s.status);
+        if lacks_route(early) {
+            let _ = c.send_control(&ControlFrame::Abort { id }).await;
+            lacked.push((format!("{method} {path}"), early));
+            continue;
+        }
+        chosen = Some((id, method, path, rate, how));
+        break;
     }
+    let Some((id, method, path, rate, how)) = chosen else {
+        let (route, status) = lacked.pop().unwrap_or_default();
+        let _ = c.responsive(STEP).await;
+        return skip_route(&format!("POST /slow-sink nor {route}"), status);
+    };
+    let k = id.get();
     let start = Instant::now();
     let sent = push_chunks(c, id, CHUNKS, size, window).await;
     let took = start.elapsed();
@@ -319,13 +350,13 @@ async fn chunk_bound(ctx: &mut WorkerCtx) -> Outcome {
     let late = c.streams.get(&k).and_then(|s| s.status);
     if lacks_route(late) {
         let _ = c.responsive(STEP).await;
-        return skip_route("POST /slow-sink", late);
+        return skip_route(&format!("{method} {path}"), late);
     }
     let back = c.responsive(STEP * 2).await;
-    // 16 held + what the app read (1 MiB/s) + the sockets' buffers (a few MiB).
-    let bound = 16 + window.as_secs() as usize + 16;
+    // 16 held + what the app read + the sockets' buffers (a few MiB).
+    let bound = 16 + rate * window.as_secs() as usize + 16;
     let figure = format!(
-        "the worker took {sent} of {CHUNKS} 1 MiB chunks in {:.1} s while its app read 1 MiB/s (bound {bound}); after abort /health {}",
+        "{method} {path}: the worker took {sent} of {CHUNKS} 1 MiB chunks in {:.1} s {how} (bound {bound}); after abort /health {}",
         took.as_secs_f64(),
         back.map_or("did not answer".into(), |d| format!("answered in {} ms", d.as_millis()))
     );

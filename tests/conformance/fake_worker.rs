@@ -60,6 +60,8 @@ pub struct WorkerFlaws {
     pub wedge_on_garbage: bool,
     /// Has no `/slow-sink`: 404 at once, the body unread.
     pub no_slow_sink: bool,
+    /// Has no `/sleep` either.
+    pub no_sleep: bool,
     /// Takes messages up to 1 MiB + 3 bytes only: a full chunk (1 MiB + 4)
     /// ends the connection (an off-by-one limit).
     pub limit_one_short: bool,
@@ -222,6 +224,7 @@ where
                     answer(id, 401, b"unauthorized".to_vec())
                 } else if !known.contains(&path.as_str())
                     || (flaws.no_slow_sink && path == "/slow-sink")
+                    || (flaws.no_sleep && path == "/sleep")
                 {
                     unread.insert(k, 0);
                     answer(id, 404, b"not found".to_vec())

@@ -13,7 +13,8 @@
 //! - `wedge_on_garbage`: `worker.robust.random-frames`;
 //! - `hold_unread`, with the kit knowing no worker token:
 //!   `worker.flow.discard-unread` still runs (a 404 to an unknown path);
-//! - `no_slow_sink`: `worker.flow.16-chunk-bound` skips (not a false FAIL);
+//! - `no_slow_sink`: `worker.flow.16-chunk-bound` holds the body on
+//!   `/sleep` instead (and skips, not a false FAIL, with `no_sleep` too);
 //! - `close_on_malformed`: `worker.ignore.malformed` and
 //!   `worker.robust.random-frames` WARN (the spec does not forbid it);
 //!   `close_on_unknown`: `worker.ignore.unknown` FAILs.
@@ -201,7 +202,9 @@ async fn without_the_worker_token_the_echo_cases_skip_instead_of_failing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_app_without_the_slow_sink_skips_the_16_chunk_case() {
+async fn an_app_without_the_slow_sink_is_held_to_the_16_chunk_bound_through_sleep() {
+    // Without /slow-sink the case holds a body on GET /sleep (the app never
+    // reads it): the fake, which buffers everything, is caught there.
     let case = "worker.flow.16-chunk-bound";
     let results = fake_worker_run(
         F {
@@ -212,7 +215,25 @@ async fn an_app_without_the_slow_sink_skips_the_16_chunk_case() {
     )
     .await;
     match outcome(&results, case) {
-        Outcome::Skip(t) => assert!(t.contains("no POST /slow-sink (answered 404)"), "{t}"),
+        Outcome::Fail(t) => assert!(t.contains("GET /sleep"), "{t}"),
+        o => panic!("{case} should FAIL: {o:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_without_the_slow_sink_and_sleep_skips_the_16_chunk_case() {
+    let case = "worker.flow.16-chunk-bound";
+    let results = fake_worker_run(
+        F {
+            no_slow_sink: true,
+            no_sleep: true,
+            ..d()
+        },
+        case,
+    )
+    .await;
+    match outcome(&results, case) {
+        Outcome::Skip(t) => assert!(t.contains("/slow-sink") && t.contains("404"), "{t}"),
         o => panic!("{case} should SKIP: {o:?}"),
     }
 }
@@ -273,4 +294,14 @@ async fn a_worker_whose_delay_survives_a_handshake_fails_the_reset_case() {
         ..d()
     };
     caught_with_control(flaws, "worker.backoff.reset").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_never_checks_for_pongs_fails_the_no_pong_case() {
+    // The fake pings every 10 s and never misses a pong: a relay that stops
+    // answering keeps it connected. (The crate's worker passes the case:
+    // worker_mode_every_case_passes_against_the_crates_worker.)
+    let case = "worker.keepalive.no-pong";
+    let results = fake_worker_run(d(), case).await;
+    assert_fails(&results, case);
 }
