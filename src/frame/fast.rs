@@ -93,10 +93,7 @@ impl<'a> Scanner<'a> {
     fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
-        let len = self.b[start..]
-            .iter()
-            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
-        let end = start + len;
+        let end = start + string_end(&self.b[start..])?;
         if self.b[end] != b'"' {
             return None; // an escape or a raw control character: the reference decides
         }
@@ -168,6 +165,33 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// Where the first `"`, `\\` or control character (below 0x20) of `b` is:
+/// eight bytes at a time, then byte by byte.
+fn string_end(b: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // A byte of `x` is zero (or, for `below`, under `n`): its high bit is set
+    // in the result. Bits above the first such byte may be set wrongly (a
+    // borrow); the lowest one is right, and only it is used.
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGHS;
+    let mut at = 0;
+    while let Some(word) = b.get(at..at + 8) {
+        let x = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        let hits = zero(x ^ (ONES * u64::from(b'"')))
+            | zero(x ^ (ONES * u64::from(b'\\')))
+            | below(x, 0x20);
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    b[at..]
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+        .map(|i| at + i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +260,32 @@ mod tests {
             r#"{"type":"end","id":7"#,                           // cut short
         ] {
             assert!(scan(text, None).is_none(), "{text}");
+        }
+    }
+
+    #[test]
+    fn string_end_finds_the_first_stop_byte_as_a_plain_scan_does() {
+        let plain = |b: &[u8]| b.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for len in 0..40 {
+            for _ in 0..200 {
+                let b: Vec<u8> = (0..len)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        // Mostly text, sometimes a stop byte or a high one.
+                        match seed % 16 {
+                            0 => b'"',
+                            1 => b'\\',
+                            2 => (seed >> 8) as u8 % 0x20,
+                            3 => 0x80 | (seed >> 8) as u8,
+                            _ => 0x20 + (seed >> 8) as u8 % 0x5f,
+                        }
+                    })
+                    .collect();
+                assert_eq!(string_end(&b), plain(&b), "{b:?}");
+            }
         }
     }
 
