@@ -66,9 +66,17 @@ async fn answered(
 ) -> Result<Response, String> {
     let caller = call(ctx, method, &ctx.target(path), &[], Vec::new());
     let w = ctx.worker().await?;
-    let (id, _) = w.expect_request(path, STEP).await?;
+    let (id, head) = w.expect_request(path, STEP).await?;
     w.respond(id, status, headers, body).await?;
-    finish(caller).await
+    let r = finish(caller).await?;
+    // The spec's `method`: the HTTP method, as the caller sent it.
+    if head.method() != method {
+        return Err(format!(
+            "the caller's {method} reached the worker as method {:?}",
+            head.method()
+        ));
+    }
+    Ok(r)
 }
 
 async fn statuses(ctx: &mut RelayCtx) -> Outcome {
@@ -97,7 +105,9 @@ async fn statuses(ctx: &mut RelayCtx) -> Outcome {
         if status == 302 {
             headers.push(("location", "/elsewhere"));
         }
-        if status == 204 || status == 304 {
+        // No Content-Length where no body is sent: the spec holds a worker's
+        // Content-Length to the bytes it sends, HEAD included.
+        if no_body {
             headers.retain(|(n, _)| *n != "content-length");
         }
         let body: &[u8] = if no_body { b"" } else { text.as_bytes() };

@@ -305,3 +305,11 @@ async fn a_worker_that_never_checks_for_pongs_fails_the_no_pong_case() {
     let results = fake_worker_run(d(), case).await;
     assert_fails(&results, case);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_a_message_limit_fails_the_text_1009_case() {
+    // The fake has no message limit at all; the crate's worker passes
+    // (worker_mode_every_case_passes_against_the_crates_worker).
+    let case = "worker.oversize.text-1009";
+    assert_fails(&fake_worker_run(d(), case).await, case);
+}
