@@ -60,7 +60,6 @@ async fn exact_limit(ctx: &mut WorkerCtx) -> Outcome {
 }
 
 async fn text_oversize(ctx: &mut WorkerCtx) -> Outcome {
-    let c = tryf!(ctx.conn().await);
     // A JSON object of an unknown type, padded past the limit: only its size is wrong.
     let head = r#"{"type":"conformance-padding","pad":""#;
     let mut text = String::with_capacity(MAX_MESSAGE_LEN + 1);
@@ -70,32 +69,7 @@ async fn text_oversize(ctx: &mut WorkerCtx) -> Outcome {
         MAX_MESSAGE_LEN + 1 - head.len() - 2,
     ));
     text.push_str("\"}");
-    let len = text.len();
-    let start = Instant::now();
-    // The worker may close before it has read all of it: a failed send is fine.
-    let _ = c.send(WsMsg::Text(text.into())).await;
-    let deadline = Instant::now() + STEP;
-    while c.closed.is_none() && Instant::now() < deadline {
-        c.step(deadline.saturating_duration_since(Instant::now()))
-            .await;
-    }
-    let closed = c.closed;
-    ctx.conn = None;
-    match closed {
-        Some(Some(1009)) => Outcome::Pass(format!(
-            "a {len}-byte text message: closed with 1009 in {} ms",
-            start.elapsed().as_millis()
-        )),
-        Some(Some(code)) => Outcome::Fail(format!(
-            "a {len}-byte text message: closed with {code}, not 1009"
-        )),
-        Some(None) => Outcome::Fail(format!(
-            "a {len}-byte text message: the connection dropped without a close frame"
-        )),
-        None => Outcome::Fail(format!(
-            "a {len}-byte text message: the connection stayed open (the limit is on every message)"
-        )),
-    }
+    crate::worker_cases_conn::closes_with_1009(ctx, WsMsg::Text(text.into()), "text message").await
 }
 
 async fn backoff_reset(ctx: &mut WorkerCtx) -> Outcome {

@@ -42,13 +42,19 @@ macro_rules! tryf {
 }
 
 async fn oversize(ctx: &mut WorkerCtx) -> Outcome {
-    let c = tryf!(ctx.conn().await);
     let id = StreamId::new(4242).expect("id");
     let big = frame::encode_chunk(id, &vec![0u8; MAX_MESSAGE_LEN + 1 - 4]);
-    let len = big.len();
+    closes_with_1009(ctx, WsMsg::Binary(big), "message").await
+}
+
+/// Sends `msg` (over the limit) and judges how the worker closed: 1009, in
+/// time. `what` names the message in the figure.
+pub async fn closes_with_1009(ctx: &mut WorkerCtx, msg: WsMsg, what: &str) -> Outcome {
+    let c = tryf!(ctx.conn().await);
+    let len = msg.len();
     let start = Instant::now();
     // The worker may close before it has read all of it: a failed send is fine.
-    let _ = c.send(WsMsg::Binary(big)).await;
+    let _ = c.send(msg).await;
     let deadline = Instant::now() + STEP;
     while c.closed.is_none() && Instant::now() < deadline {
         c.step(deadline.saturating_duration_since(Instant::now()))
@@ -58,16 +64,18 @@ async fn oversize(ctx: &mut WorkerCtx) -> Outcome {
     ctx.conn = None;
     match closed {
         Some(Some(1009)) => Outcome::Pass(format!(
-            "a {len}-byte message: closed with 1009 in {} ms",
+            "a {len}-byte {what}: closed with 1009 in {} ms",
             start.elapsed().as_millis()
         )),
-        Some(Some(code)) => Outcome::Fail(format!(
-            "a {len}-byte message: closed with {code}, not 1009"
-        )),
+        Some(Some(code)) => {
+            Outcome::Fail(format!("a {len}-byte {what}: closed with {code}, not 1009"))
+        }
         Some(None) => Outcome::Fail(format!(
-            "a {len}-byte message: the connection dropped without a close frame"
+            "a {len}-byte {what}: the connection dropped without a close frame"
         )),
-        None => Outcome::Fail(format!("a {len}-byte message: the connection stayed open")),
+        None => Outcome::Fail(format!(
+            "a {len}-byte {what}: the connection stayed open (the limit is on every message)"
+        )),
     }
 }
 
