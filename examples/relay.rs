@@ -8,7 +8,11 @@
 //! `ws://127.0.0.1:8080/connect` (or `/connect/<id>`, behind a balancer);
 //! worker `<id>` is served at `http://127.0.0.1:8080/w/<id>/…`. Slow
 //! callers' responses overflow to unlinked temporary files in `$TMPDIR`
-//! (the gateway's default, `rt::TempFileOverflow`: 8 GiB for all workers). `--max-connections N` caps open HTTP
+//! (the gateway's default, `rt::TempFileOverflow`: 8 GiB for all workers;
+//! `--overflow-budget BYTES` changes that bound, and 0 keeps nothing on
+//! disk: a caller reading more slowly than its worker sends then pauses
+//! reading from that worker, for at most 10 s at a time, as nginx's
+//! `proxy_max_temp_file_size 0` does). `--max-connections N` caps open HTTP
 //! connections (default 10,000; keep it below `ulimit -n`), and
 //! `--header-timeout SECS` bounds how long a client may take to send a
 //! request head (default 10). `--threads N` sets the runtime's threads
@@ -71,20 +75,22 @@ use worker_relay::connect::TokenTable;
 use worker_relay::frame::CloseCode;
 use worker_relay::gateway::{Gateway, CONNECT_PATH};
 use worker_relay::proto::{OverflowConfig, RelayConfig};
+use worker_relay::rt::TempFileOverflow;
 use worker_relay::server::{serve_with_shutdown, ServerConfig, ServerTls};
 
 const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
                      [--tls-cert FILE --tls-key FILE] \
                      [--max-connections N] [--header-timeout SECS] [--grace SECS] \
                      [--reconnect-wait SECS] [--reuse-port] [--threads N] \
-                     [--stall-timeout SECS] [--admin HOST:PORT] [--log-format text|json]";
+                     [--stall-timeout SECS] [--overflow-budget BYTES] [--admin HOST:PORT] \
+                     [--log-format text|json]";
 
 fn main() -> ExitCode {
     if logging::json_requested().is_none() {
         return usage();
     }
     let _log = logging::init("relay");
-    let (mut admin, mut stall) = (None, None);
+    let (mut admin, mut stall, mut overflow_budget) = (None, None, None);
     let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
     let (mut threads, mut cert, mut key) = (None, None, None);
     let mut grace = Duration::from_secs(30);
@@ -115,6 +121,7 @@ fn main() -> ExitCode {
             ("--stall-timeout", v) if number(v.clone()).is_some_and(|n| n > 0) => {
                 stall = number(v).map(Duration::from_secs)
             }
+            ("--overflow-budget", v) if number(v.clone()).is_some() => overflow_budget = number(v),
             ("--grace", v) if number(v.clone()).is_some() => {
                 grace = Duration::from_secs(number(v).unwrap_or(30))
             }
@@ -146,6 +153,7 @@ fn main() -> ExitCode {
                 reuse_port,
                 admin,
                 stall,
+                overflow_budget,
             };
             rt.block_on(run(listen, tokens, server, tls, opts))
         }
@@ -166,6 +174,7 @@ async fn run(
         reuse_port,
         admin,
         stall,
+        overflow_budget,
     } = opts;
     // The recorder first: what the gateway records before it is lost.
     let metrics = match admin.as_ref().map(|_| admin::install()) {
@@ -199,20 +208,28 @@ async fn run(
     // within 8 GiB for all the workers (the gateway's default store,
     // `rt::TempFileOverflow`).
     let mut gateway = Gateway::builder(table).reconnect_wait(reconnect_wait);
-    if let Some(stall) = stall {
-        // The gateway's default, with this stall timeout.
-        let config = RelayConfig::builder()
-            .overflow(Some({
-                let mut o = OverflowConfig::default();
-                o.memory_per_stream = 256 << 10;
-                o
-            }))
-            .stall_timeout(stall)
-            .build();
-        match config {
+    if stall.is_some() || overflow_budget == Some(0) {
+        // The gateway's default, with this stall timeout, or with no
+        // overflow (slow callers pause reading instead).
+        let overflow = (overflow_budget != Some(0)).then(|| {
+            let mut o = OverflowConfig::default();
+            o.memory_per_stream = 256 << 10;
+            o
+        });
+        let mut config = RelayConfig::builder().overflow(overflow);
+        if let Some(stall) = stall {
+            config = config.stall_timeout(stall);
+        }
+        match config.build() {
             Ok(c) => gateway = gateway.relay_config(c),
             Err(e) => return fail(2, format!("--stall-timeout: {e}")),
         }
+    }
+    if let Some(budget) = overflow_budget.filter(|&b| b > 0) {
+        gateway = gateway.overflow(Arc::new(TempFileOverflow::new(
+            std::env::temp_dir(),
+            budget,
+        )));
     }
     let gateway = gateway.build();
     if let (Some(addr), Some(handle)) = (admin, metrics) {
@@ -441,6 +458,8 @@ struct Options {
     reuse_port: bool,
     admin: Option<String>,
     stall: Option<Duration>,
+    /// `--overflow-budget`: bytes on disk for slow callers, 0 for none.
+    overflow_budget: Option<u64>,
 }
 
 /// `GET /workers`: the connected workers as JSON (id, since when, from

@@ -117,8 +117,14 @@ impl Downloader {
 
 /// The relay and worker examples as processes, the worker connected.
 fn processes() -> (Proc, Proc, SocketAddr) {
+    processes_with(&[])
+}
+
+/// [`processes`], the relay with `args` besides its listen address and tokens.
+fn processes_with(args: &[&str]) -> (Proc, Proc, SocketAddr) {
     let port = free_port();
-    let relay = relay_process(port);
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+    let relay = relay_process_with(port, &args);
     let worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         worker.wait_log("connected to", Duration::from_secs(20)),
@@ -376,4 +382,87 @@ async fn sequential_write_then_await_of_a_200_mib_echo_completes() {
     })
     .await
     .expect("took too long");
+}
+
+/// `--overflow-budget`: past it a stalled caller's stream is given up and
+/// the log says why (the access log's `end=overflow` alone does not); with
+/// 0 nothing goes to disk, and a caller that reads gets everything while a
+/// stalled one is given up at the read-pause bound. Each case: a stalled
+/// download of 100 MiB, a /health beside it.
+#[test]
+fn the_overflow_budget_bounds_the_disk_and_the_log_says_why_a_stream_ends() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let target = format!("/w/abc/bytes?n={N}");
+    let health = |addr| async move {
+        let a = auth();
+        let r = request(
+            addr,
+            "GET",
+            "/w/abc/health",
+            &[("authorization", a.as_str())],
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200);
+    };
+
+    // 8 MiB on disk for everyone: the stalled stream is given up there.
+    let (relay, _worker, addr) = processes_with(&["--overflow-budget", "8388608"]);
+    rt.block_on(async {
+        let mut stalled = Downloader::start(addr, &target).await;
+        stalled.read_for(Duration::from_secs(1), 100_000).await;
+        assert!(
+            relay.wait_log("overflow store: cannot keep more", Duration::from_secs(30)),
+            "the reason is logged: {}",
+            relay.log()
+        );
+        health(addr).await;
+        // Its caller learns when it reads again; the access log then.
+        let _ = stalled.read_for(Duration::from_secs(1), 1 << 30).await;
+        drop(stalled);
+        assert!(
+            relay.wait_log("end=overflow", Duration::from_secs(30)),
+            "{}",
+            relay.log()
+        );
+    });
+    assert!(relay.log().contains("budget"), "{}", relay.log());
+    assert_eq!(overflow_files(relay.child.id()).0, 0, "files freed");
+    drop(relay);
+
+    // None on disk: a caller that reads gets all of it, no file is made,
+    // and a stalled one is given up when reading stays paused 10 s.
+    let (relay, _worker, addr) = processes_with(&["--overflow-budget", "0"]);
+    let pid = relay.child.id();
+    rt.block_on(async {
+        let mut stalled = Downloader::start(addr, &target).await;
+        stalled.read_for(Duration::from_secs(1), 100_000).await;
+        let mut reader = Downloader::start(addr, &target).await;
+        let reading = tokio::spawn(async move {
+            reader.read_rest(Duration::from_secs(60)).await;
+            reader
+        });
+        let mut files = 0;
+        while !reading.is_finished() {
+            files = files.max(overflow_files(pid).0);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let reader = reading.await.unwrap();
+        assert_eq!(files, 0, "nothing on disk");
+        assert_eq!(
+            reader.body().map(|b| b.len() as u64),
+            Some(N),
+            "{}",
+            relay.log()
+        );
+        let _ = stalled.read_for(Duration::from_secs(1), 1 << 30).await;
+        drop(stalled);
+        assert!(
+            relay.wait_log("end=stall", Duration::from_secs(30)),
+            "{}",
+            relay.log()
+        );
+        health(addr).await;
+    });
 }

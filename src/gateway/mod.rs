@@ -74,6 +74,7 @@ mod body;
 mod forward;
 #[cfg(feature = "metrics")]
 mod meters;
+mod overflow_log;
 mod registry;
 mod upload;
 
@@ -349,7 +350,7 @@ impl GatewayBuilder {
                 urls: self.urls,
                 connect_path: self.connect_path,
                 relay: self.relay,
-                overflow: self.overflow,
+                overflow: Arc::new(overflow_log::Logged(self.overflow)),
                 upload_timeout: self.upload_timeout,
                 send_timeout: self.send_timeout,
                 response_head_timeout: self.response_head_timeout,

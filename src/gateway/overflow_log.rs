@@ -1,0 +1,74 @@
+//! The gateway's overflow store, saying in the log why a slow caller's
+//! stream was given up: its budget spent, or the disk full (`ENOSPC`), or
+//! any other error of the store. The access log then shows `end=overflow`
+//! for the request, and this line says what to fix.
+
+use crate::rt::{Overflow, OverflowFile};
+use bytes::Bytes;
+use std::io;
+use std::sync::Arc;
+
+/// `inner`, with every error it returns logged once, at `warn`.
+pub(super) struct Logged(pub(super) Arc<dyn Overflow>);
+
+impl Overflow for Logged {
+    fn create(&self) -> io::Result<Box<dyn OverflowFile>> {
+        match self.0.create() {
+            Ok(file) => Ok(Box::new(LoggedFile(file))),
+            Err(e) => Err(logged("cannot make a store", e)),
+        }
+    }
+}
+
+struct LoggedFile(Box<dyn OverflowFile>);
+
+impl OverflowFile for LoggedFile {
+    fn append(&mut self, data: Bytes) -> io::Result<()> {
+        self.0
+            .append(data)
+            .map_err(|e| logged("cannot keep more", e))
+    }
+
+    fn read(&mut self, max: usize) -> io::Result<Bytes> {
+        self.0.read(max).map_err(|e| logged("cannot read back", e))
+    }
+}
+
+/// An error ends its stream, so each stream logs at most one.
+fn logged(what: &str, e: io::Error) -> io::Error {
+    tracing::warn!(
+        "overflow store: {what} of a slow caller's response ({e}); the stream is given up \
+         (a full disk or the store's budget: see GatewayBuilder::overflow)"
+    );
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Full;
+    impl Overflow for Full {
+        fn create(&self) -> io::Result<Box<dyn OverflowFile>> {
+            Ok(Box::new(FullFile))
+        }
+    }
+    struct FullFile;
+    impl OverflowFile for FullFile {
+        fn append(&mut self, _: Bytes) -> io::Result<()> {
+            Err(io::Error::from_raw_os_error(28))
+        }
+        fn read(&mut self, _: usize) -> io::Result<Bytes> {
+            Ok(Bytes::new())
+        }
+    }
+
+    #[test]
+    fn the_stores_error_goes_through_unchanged() {
+        let store = Logged(Arc::new(Full));
+        let mut file = store.create().expect("made");
+        let e = file.append(Bytes::from_static(b"x")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(28), "ENOSPC kept: {e}");
+        assert!(file.read(1).expect("read").is_empty());
+    }
+}
