@@ -12,7 +12,7 @@
 //! fuzz target hold the two to the same answers.
 
 use super::head_limits::{header_line_len, HeadLimits};
-use super::raw::{LHeaders, LNum, LStr, RawFrame};
+use super::raw::{LHeaders, LNum, LStr, RawFrame, MAX_HEADER_PREALLOC};
 use super::Headers;
 use std::borrow::Cow;
 
@@ -125,8 +125,11 @@ impl<'a> Scanner<'a> {
     fn headers(&mut self, limits: Option<&HeadLimits>) -> Option<LHeaders> {
         self.eat(b'[')?;
         self.ws();
-        // Room for the rest of the message's text: the pairs are in it.
-        let mut h = Headers::with_capacity(16, self.b.len() - self.at);
+        // Room for the rest of the message's text (the pairs are in it),
+        // within the reference's bound: a head kept while its request is
+        // served does not hold on to a large message's length.
+        let room = (self.b.len() - self.at).min(MAX_HEADER_PREALLOC);
+        let mut h = Headers::with_capacity(16, room);
         let mut invalid = None;
         let (mut count, mut bytes) = (0usize, 0usize);
         if self.peek()? == b']' {
@@ -239,6 +242,28 @@ mod tests {
         ));
         assert!(scan(r#" {"type":"end","id":4294967295} "#, None).is_some());
         assert!(scan("{}", None).is_some());
+    }
+
+    #[test]
+    fn a_head_reserves_no_more_than_the_reference_bound() {
+        // The headers first, then half a MiB of path: a head kept while its
+        // request is served holds its pairs, not the message's length.
+        let text = format!(
+            r#"{{"type":"request","id":1,"headers":[["a","b"]],"method":"GET","path":"/{}","query":""}}"#,
+            "p".repeat(512 << 10)
+        );
+        let Some(RawFrame {
+            headers: Some(LHeaders::Ok(h)),
+            ..
+        }) = scan(&text, None)
+        else {
+            panic!("scanned")
+        };
+        assert!(
+            h.text_capacity() <= MAX_HEADER_PREALLOC,
+            "{} bytes reserved",
+            h.text_capacity()
+        );
     }
 
     #[test]

@@ -130,6 +130,12 @@ impl serde::Serialize for Headers {
 }
 
 impl Headers {
+    /// The bytes its text has room for (what a decoder reserved).
+    #[cfg(test)]
+    pub(crate) fn text_capacity(&self) -> usize {
+        self.text.capacity()
+    }
+
     /// An empty list.
     pub fn new() -> Headers {
         Headers::default()

@@ -83,7 +83,7 @@ impl<'a> RawFrame<'a> {
 }
 
 /// The most a header list reserves for its text up front.
-const MAX_HEADER_PREALLOC: usize = 16 * 1024;
+pub(super) const MAX_HEADER_PREALLOC: usize = 16 * 1024;
 
 struct FrameSeed<'l, 'w> {
     header_bytes: usize,
