@@ -352,12 +352,20 @@ async fn chunk_bound(ctx: &mut WorkerCtx) -> Outcome {
         let _ = c.responsive(STEP).await;
         return skip_route(&format!("{method} {path}"), late);
     }
-    let back = c.responsive(STEP * 2).await;
+    // The abort waits behind what the kit sent before it: chunks in the
+    // sockets' buffers that the worker reads no faster than its app (it
+    // holds 16 unread). The app's rate bounds how long that takes.
+    let backlog = match rate {
+        0 => Duration::ZERO,
+        r => Duration::from_secs((sent.saturating_sub(16) / r) as u64),
+    };
+    let back = c.responsive(STEP * 2 + backlog).await;
     // 16 held + what the app read + the sockets' buffers (a few MiB).
     let bound = 16 + rate * window.as_secs() as usize + 16;
     let figure = format!(
-        "{method} {path}: the worker took {sent} of {CHUNKS} 1 MiB chunks in {:.1} s {how} (bound {bound}); after abort /health {}",
+        "{method} {path}: the worker took {sent} of {CHUNKS} 1 MiB chunks in {:.1} s {how} (bound {bound}); after abort /health (given {} s) {}",
         took.as_secs_f64(),
+        (STEP * 2 + backlog).as_secs(),
         back.map_or("did not answer".into(), |d| format!("answered in {} ms", d.as_millis()))
     );
     // No backpressure at all (every chunk taken) breaks the rule; more than
