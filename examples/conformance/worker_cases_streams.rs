@@ -307,6 +307,22 @@ const SLOW_READERS: [(&str, &str, &str, usize, &str); 2] = [
     ),
 ];
 
+/// The most the kernel's TCP buffers of one loopback connection may hold,
+/// in whole MiB: the send buffer's maximum plus the receive buffer's
+/// (Linux's `tcp_wmem` and `tcp_rmem`, third fields); 16 where they cannot
+/// be read.
+fn socket_buffers_mib() -> usize {
+    let max = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+            .ok()
+            .and_then(|t| t.split_whitespace().nth(2)?.parse::<usize>().ok())
+    };
+    match (max("tcp_wmem"), max("tcp_rmem")) {
+        (Some(w), Some(r)) => (w + r).div_ceil(1 << 20),
+        _ => 16,
+    }
+}
+
 async fn chunk_bound(ctx: &mut WorkerCtx) -> Outcome {
     const CHUNKS: usize = 64;
     let size = frame::MAX_CHUNK_BODY;
@@ -360,8 +376,11 @@ async fn chunk_bound(ctx: &mut WorkerCtx) -> Outcome {
         r => Duration::from_secs((sent.saturating_sub(16) / r) as u64),
     };
     let back = c.responsive(STEP * 2 + backlog).await;
-    // 16 held + what the app read + the sockets' buffers (a few MiB).
-    let bound = 16 + rate * window.as_secs() as usize + 16;
+    // 16 held + what the app read + what the sockets' buffers may take
+    // (the kit's send buffer and the worker's receive buffer, which Linux
+    // grows up to tcp_wmem's and tcp_rmem's maxima: 32 MiB on some hosts)
+    // + a message in each WebSocket library.
+    let bound = 16 + rate * window.as_secs() as usize + socket_buffers_mib() + 2;
     let figure = format!(
         "{method} {path}: the worker took {sent} of {CHUNKS} 1 MiB chunks in {:.1} s {how} (bound {bound}); after abort /health (given {} s) {}",
         took.as_secs_f64(),
