@@ -6,6 +6,9 @@
 //! `trace` it logs the handshake's headers, the connect token among them.
 #![allow(dead_code)] // shared by several examples, each using a part
 
+#[path = "log_writer.rs"]
+mod log_writer;
+
 use tracing_subscriber::EnvFilter;
 
 /// Whether the command line asks for `--log-format json` (`text`, the
@@ -23,14 +26,13 @@ pub fn json_requested() -> Option<bool> {
 }
 
 /// Installs the subscriber; text lines start with `name`. Lines are
-/// written by a thread of their own, in batches (a line per request in the
-/// access log must not cost the serving threads a write each): keep the
-/// guard until the program ends, dropping it writes what is left.
+/// written by a thread of their own, access-log lines in batches
+/// (`log_writer.rs`: a line per request must cost the serving threads
+/// neither a write nor a wake-up): keep the guard until the program ends,
+/// dropping it writes what is left.
 #[must_use = "dropping the guard stops the log"]
-pub fn init(name: &'static str) -> tracing_appender::non_blocking::WorkerGuard {
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .finish(std::io::BufWriter::new(std::io::stderr()));
+pub fn init(name: &'static str) -> log_writer::Guard {
+    let (writer, guard) = log_writer::start(std::io::stderr());
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .add_directive("tungstenite=info".parse().expect("a valid directive"))
