@@ -16,3 +16,14 @@ wait_port() {
 us() {
     awk '{ v = $1 + 0; if ($1 ~ /us$/) m = 1; else if ($1 ~ /ms$/) m = 1000; else m = 1000000; printf "%.0f", v * m }' <<<"$1"
 }
+# Installs a missing command with apt-get (as root; else says what to install).
+need() {  # need COMMAND PACKAGE...
+    command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ] && return 0
+    if [ "$(id -u)" != 0 ]; then
+        echo "$(basename "$0"): $1 is missing (apt-get install ${*:2})" >&2
+        exit 1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${@:2}" \
+        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+             apt-get install -y -qq --no-install-recommends "${@:2}"; }
+}

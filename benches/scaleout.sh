@@ -18,16 +18,7 @@ cd "$(dirname "$0")/.."
 seconds="${SCALEOUT_SECONDS:-10}"
 conns="${SCALEOUT_CONNECTIONS:-16}"
 
-need() {  # need COMMAND PACKAGE...
-    command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ] && return 0
-    if [ "$(id -u)" != 0 ]; then
-        echo "scaleout.sh: $1 is missing (apt-get install $2)" >&2
-        exit 1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${@:2}" \
-        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-             apt-get install -y -qq --no-install-recommends "${@:2}"; }
-}
+. benches/lib.sh   # need, port, secret, wait_port, us
 need wrk wrk
 need nginx nginx-light
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
@@ -50,8 +41,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# port, secret, wait_port, us
-. benches/lib.sh
 
 worker_token="wt-$(secret)"
 (umask 077; : > "$dir/tokens.txt"; printf 'Authorization: Bearer %s\n' "$worker_token" > "$dir/auth.header")

@@ -26,13 +26,7 @@ rounds="${TUNNEL_ROUNDS:-2}"
 conns=16
 big_mib=256
 
-need() {  # need COMMAND PACKAGE
-    command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ] && return 0
-    [ "$(id -u)" = 0 ] || { echo "tunnel_bore.sh: $1 is missing (apt-get install $2)" >&2; exit 1; }
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" \
-        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-             apt-get install -y -qq --no-install-recommends "$2"; }
-}
+. benches/lib.sh
 need wrk wrk
 need nginx nginx-light
 need curl curl
@@ -53,7 +47,6 @@ cleanup() {
     rm -rf "$dir"
 }
 trap cleanup EXIT
-. benches/lib.sh
 
 mkdir -p "$dir/www"
 printf ok > "$dir/www/small"
