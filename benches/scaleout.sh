@@ -41,7 +41,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-
 worker_token="wt-$(secret)"
 (umask 077; : > "$dir/tokens.txt"; printf 'Authorization: Bearer %s\n' "$worker_token" > "$dir/auth.header")
 declare -A ct
