@@ -122,3 +122,26 @@ fn writers_wait_at_the_bound_when_the_output_is_stuck() {
     let lines = sink.text().lines().filter(|l| l.ends_with('x')).count();
     assert_eq!(lines, 128, "every line written once the output moved");
 }
+
+#[test]
+fn a_stuck_output_holds_the_guard_for_at_most_a_second_or_so() {
+    let sink = Sink::default();
+    let held = sink.gate.lock().unwrap();
+    let (writer, guard) = log_writer::start(sink.clone());
+    tracing::subscriber::with_default(subscriber(writer), || {
+        tracing::info!("a line the stuck output never takes");
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(guard);
+        let _ = tx.send(());
+    });
+    // The guard gives up after CLOSE_WAIT (1 s); 30 s is only a bound on
+    // the test, far above any scheduling delay.
+    let returned = rx.recv_timeout(Duration::from_secs(30));
+    drop(held);
+    assert!(
+        returned.is_ok(),
+        "dropping the guard waited for a stuck output"
+    );
+}

@@ -6,6 +6,9 @@
 //! (A wake-up per line was a fifth of a relay's CPU on one core: BENCHMARKS.md.)
 //! Past 4 MiB unwritten (stderr is not being read), writers wait, as a
 //! line is never dropped for want of room. A write error drops the batch.
+//! At the end the guard waits at most a second for the rest to be written
+//! (a stuck stderr must not keep a stopping process alive), as
+//! `tracing-appender`'s guard does.
 #![allow(dead_code)] // shared by several examples, each using a part
 
 use std::io::{self, Write};
@@ -20,6 +23,8 @@ const FLUSH_EVERY: Duration = Duration::from_millis(50);
 const HIGH_WATER: usize = 64 << 10;
 /// Writers wait while this much is unwritten.
 const BOUND: usize = 4 << 20;
+/// How long dropping the guard waits for the rest to be written.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// The writer of the examples' subscriber (`tracing_subscriber`'s
 /// `MakeWriter`).
@@ -39,7 +44,7 @@ struct Shared {
     state: Mutex<State>,
     /// The writing thread waits on it.
     wake: Condvar,
-    /// Writers past the bound wait on it.
+    /// Writers past the bound, and the guard at the end, wait on it.
     room: Condvar,
 }
 
@@ -49,6 +54,8 @@ struct State {
     /// A line that should not wait is in `buf`.
     urgent: bool,
     closed: bool,
+    /// The writing thread has written all and ended.
+    finished: bool,
 }
 
 /// A writer to `out` and its guard, the writing thread started.
@@ -62,7 +69,11 @@ pub fn start<W: Write + Send + 'static>(out: W) -> (BatchWriter, Guard) {
         let shared = shared.clone();
         std::thread::Builder::new()
             .name("log".into())
-            .spawn(move || shared.run(out))
+            .spawn(move || {
+                shared.run(out);
+                shared.lock().finished = true;
+                shared.room.notify_all();
+            })
             .ok()
     };
     let writer = BatchWriter {
@@ -128,12 +139,25 @@ impl Shared {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        self.shared.lock().closed = true;
+        let mut st = self.shared.lock();
+        st.closed = true;
         self.shared.wake.notify_one();
         self.shared.room.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        let (st, _) = self
+            .shared
+            .room
+            .wait_timeout_while(st, CLOSE_WAIT, |st| !st.finished)
+            .unwrap_or_else(|e| e.into_inner());
+        let finished = st.finished;
+        drop(st);
+        if finished {
+            let _ = thread.join();
         }
+        // Otherwise the output is stuck: the thread is left to the
+        // process's end, with what it holds.
     }
 }
 
