@@ -8,6 +8,7 @@
 #   bash benches/e2e_wrk.sh
 #   WRK_SECONDS=10 WRK_CONNECTIONS=32 bash benches/e2e_wrk.sh
 #   THREADS=1 bash benches/e2e_wrk.sh     # relay, worker and direct app with --threads 1
+#   WORKER_THREADS=1 bash benches/e2e_wrk.sh   # only the worker (RELAY_THREADS: the relay)
 #
 # All on 127.0.0.1; tokens drawn at random, passed through a file and the
 # environment, never a command line. wrk is installed with apt-get if
@@ -16,8 +17,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${WRK_SECONDS:-5}"
 conns="${WRK_CONNECTIONS:-16}"
-threads=()
+threads=() relay_threads=() worker_threads=()
 [ -z "${THREADS:-}" ] || threads=(--threads "$THREADS")
+relay_threads=("${threads[@]}") worker_threads=("${threads[@]}")
+[ -z "${RELAY_THREADS:-}" ] || relay_threads=(--threads "$RELAY_THREADS")
+[ -z "${WORKER_THREADS:-}" ] || worker_threads=(--threads "$WORKER_THREADS")
 
 if ! command -v wrk >/dev/null; then
     [ "$(id -u)" = 0 ] || { echo "e2e_wrk.sh: wrk is missing (apt-get install wrk)" >&2; exit 1; }
@@ -45,11 +49,11 @@ cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/p
 worker_token="wt-$(secret)" connect_token="ct-$(secret)"
 (umask 077; echo "abc $connect_token" > "$dir/tokens.txt")
 relay_port="$(port)" direct_port="$(port)"
-"$bin/relay" --listen "127.0.0.1:$relay_port" --tokens "$dir/tokens.txt" "${threads[@]}" 2> "$dir/relay.log" &
+"$bin/relay" --listen "127.0.0.1:$relay_port" --tokens "$dir/tokens.txt" ${RELAY_ARGS:-} "${relay_threads[@]}" 2> "$dir/relay.log" &
 relay_pid=$!; pids+=($!)
 wait_port "$relay_port"
 STRATA_WORKER_CONNECT_TOKEN="$connect_token" STRATA_WORKER_TOKEN="$worker_token" \
-    "$bin/worker" --connect "ws://127.0.0.1:$relay_port/connect" "${threads[@]}" 2> "$dir/worker.log" &
+    "$bin/worker" --connect "ws://127.0.0.1:$relay_port/connect" "${worker_threads[@]}" 2> "$dir/worker.log" &
 worker_pid=$!; pids+=($!)
 STRATA_WORKER_TOKEN="$worker_token" "$bin/worker" --listen "127.0.0.1:$direct_port" "${threads[@]}" 2> "$dir/direct.log" &
 direct_pid=$!; pids+=($!)
@@ -80,7 +84,7 @@ run() {  # run KEY URL PID...
     printf '| %s | %.0f | %s µs | %s µs | %s | %s |\n' "$key" "$r" "$l50" "$l99" "$split" "${errors:-none}"
 }
 echo
-echo "GET /health, wrk -t1 -c$conns -d${seconds}s --latency; runtime threads: ${THREADS:-one per core}; CPU seconds during the run"
+echo "GET /health, wrk -t1 -c$conns -d${seconds}s --latency; runtime threads: ${THREADS:-one per core} (relay ${RELAY_THREADS:-${THREADS:-one per core}}, worker ${WORKER_THREADS:-${THREADS:-one per core}}); CPU seconds during the run"
 echo "| path | requests/s | p50 | p99 | CPU s: relay / worker / wrk (direct: app / wrk) | errors |"
 echo "|---|---|---|---|---|---|"
 for round in 1 2; do
