@@ -74,6 +74,7 @@ pub fn check_header(name: &str, value: &str, index: usize) -> Result<(), HeaderE
 }
 
 /// Decodes raw header bytes as Latin-1: each byte becomes the char of the same value.
+#[cfg(any(feature = "http", test))]
 pub(crate) fn latin1_to_string(bytes: &[u8]) -> String {
     bytes.iter().map(|&b| char::from(b)).collect()
 }

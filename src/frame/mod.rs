@@ -50,6 +50,7 @@ pub use error::{FrameError, HeaderError, IdError};
 pub use head_limits::{HeadLimitError, HeadLimits};
 pub use headers::{check_header, is_hop_by_hop_name, is_token, Headers, HOP_BY_HOP};
 #[cfg(feature = "http")]
+#[cfg(feature = "http")]
 pub(crate) use headers::{latin1_to_string, string_to_latin1};
 pub use id::StreamId;
 pub use limits::{CHUNK_HEADER_LEN, MAX_CHUNK_BODY, MAX_MESSAGE_LEN, SUBPROTOCOL};

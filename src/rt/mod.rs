@@ -73,7 +73,9 @@
 
 mod driver;
 mod overflow;
-#[cfg(feature = "tower")]
+// Shared by the gateway and the tunnel, each using a part.
+#[cfg(any(feature = "gateway", feature = "tunnel"))]
+#[cfg_attr(not(all(feature = "gateway", feature = "tunnel")), allow(dead_code))]
 pub(crate) mod pump;
 mod relay;
 mod side;
