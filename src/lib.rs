@@ -26,13 +26,16 @@
 //!   [`frame::Message`]s, and the worker's dial with every refusal mapped
 //!   to a [`connect::Verdict`] and every failure to its cause; `wss://`
 //!   with feature `rustls`.
-//! - `gateway` (feature `tower`): a relay as two `tower` services (accept
+//! - `gateway` (feature `gateway`): a relay as two `tower` services (accept
 //!   workers, forward callers) inside any hyper/tower/axum application.
-//! - `server` (feature `tower`): a hardened hyper accept loop (accept
+//! - `server` (feature `server`): a hardened hyper accept loop (accept
 //!   errors back off, a connection cap, header-read and send timeouts;
 //!   HTTP/1.1 and HTTP/2; TLS with feature `rustls`).
-//! - `tunnel` (feature `tower`): any `tower` HTTP service served as a
+//! - `tunnel` (feature `tunnel`): any `tower` HTTP service served as a
 //!   worker, with the reconnect loop.
+//! - `tower` turns on `gateway`, `server` and `tunnel` (0.1's one feature
+//!   for the three). Each pulls only what it needs: `tunnel` brings no
+//!   hyper, `server` no WebSocket library.
 //! - Metrics (feature `metrics`): `gateway` and `tunnel` record requests,
 //!   statuses, latencies, bytes, stream ends and connections through the
 //!   [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the
@@ -178,25 +181,41 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(feature = "tower")]
+#[cfg(any(feature = "gateway", feature = "tunnel"))]
 #[macro_use]
 mod observe;
 
 pub mod connect;
 pub mod frame;
-#[cfg(feature = "tower")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+#[cfg(feature = "gateway")]
+#[cfg_attr(docsrs, doc(cfg(feature = "gateway")))]
 pub mod gateway;
 pub mod proto;
 pub mod rt;
-#[cfg(feature = "tower")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+#[cfg(feature = "server")]
+#[cfg_attr(docsrs, doc(cfg(feature = "server")))]
 pub mod server;
-#[cfg(feature = "tower")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+#[cfg(feature = "tunnel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tunnel")))]
 pub mod tunnel;
 #[cfg(feature = "tungstenite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tungstenite")))]
 pub mod ws;
 
 pub use bytes::Bytes;
+
+/// The error type of the integration layer's bodies and services (as
+/// `tower` and `hyper` box theirs): what the `gateway`, `server` and
+/// `tunnel` features take from a service or a body, and what they pass on.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The address of the client a request came from, as the socket that
+/// accepted it saw it (behind a load balancer: the balancer's): a request
+/// extension (`req.extensions().get::<PeerAddr>()`) that
+/// [`server::serve`] sets and the `gateway` reads for its access log and
+/// its refusals. An application with an accept loop of its own inserts it
+/// the same way.
+#[cfg(any(feature = "gateway", feature = "server"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "gateway", feature = "server"))))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub std::net::SocketAddr);

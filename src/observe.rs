@@ -102,6 +102,7 @@ pub(crate) fn describe(relay_side: bool) {
 }
 
 /// The relay's side.
+#[cfg(feature = "gateway")]
 pub(crate) mod relay {
     /// A worker's handshake ended: `accepted`, `unauthorized`,
     /// `bad_request`, `refused` (503: draining, a duplicate refused) or
@@ -141,6 +142,7 @@ pub(crate) mod relay {
 }
 
 /// The worker's side.
+#[cfg(feature = "tunnel")]
 pub(crate) mod worker {
     /// Whether the worker is connected now.
     pub fn connected(up: bool) {

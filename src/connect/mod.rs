@@ -214,12 +214,20 @@ mod token;
 mod token_file;
 mod url;
 
+/// The close reason (with 1008) of a connection that a relay replaced by a
+/// newer one of its worker, sent once its streams are done (this crate's
+/// gateway with `DuplicatePolicy::Replace`). A worker that gets it knows
+/// another process holds its token now: this crate's `tunnel::Tunnel` then
+/// waits its longest backoff before it dials again, so that a redeploy's
+/// old process does not take the worker back.
+pub const REPLACED: &str = "replaced by a new connection";
+
 /// The keepalive lives with the state machines that embed it; here for the
 /// worker's connect loop.
 pub use crate::proto::{Keepalive, KeepaliveConfig};
 pub use backoff::{Backoff, BackoffConfig, BackoffConfigBuilder};
 pub use claimed::{decide_upgrade_at, decide_upgrade_for, ConnectRejected, ConnectTarget};
-#[cfg(feature = "tower")]
+#[cfg(feature = "gateway")]
 pub(crate) use handshake::bearer_token;
 pub use handshake::{
     decide_upgrade, Accepted, Refused, Rejected, RequestHeaders, RetryReason, Verdict,

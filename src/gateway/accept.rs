@@ -43,10 +43,7 @@ pub(super) async fn accept<B>(inner: &Arc<Inner>, req: Request<B>) -> Response<G
 }
 
 async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<GatewayBody> {
-    let peer = req
-        .extensions()
-        .get::<crate::server::PeerAddr>()
-        .map(|p| p.0);
+    let peer = req.extensions().get::<crate::PeerAddr>().map(|p| p.0);
     let key = match websocket_key(&req, peer) {
         Ok(key) => key,
         Err(refusal) => return *refusal,

@@ -65,10 +65,7 @@ impl Access {
             worker: "unknown".into(),
             method: parts.method.clone(),
             path: path.to_owned(),
-            peer: parts
-                .extensions
-                .get::<crate::server::PeerAddr>()
-                .map(|p| p.0),
+            peer: parts.extensions.get::<crate::PeerAddr>().map(|p| p.0),
             start: Instant::now(),
             status: 0,
             stream: false,

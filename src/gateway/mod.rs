@@ -1,4 +1,4 @@
-//! A relay inside any hyper, tower or axum application (feature `tower`).
+//! A relay inside any hyper, tower or axum application (feature `gateway`).
 //!
 //! A [`Gateway`] holds the relay's state: who may connect (a
 //! [`TokenTable`]), who is connected (one connection per worker id, with a
@@ -98,8 +98,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// The errors a request body may fail with.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The crate root's [`BoxError`], here for 0.1's imports.
+pub use crate::BoxError;
 
 /// The path workers dial by default; `/connect/<id>` names the worker
 /// (checked against its token).
@@ -561,11 +561,9 @@ pub const RECONNECT_WAIT: Duration = Duration::from_secs(10);
 pub const REVOKED: &str = "token revoked";
 
 /// The close reason of a connection replaced by a newer one of its worker
-/// ([`DuplicatePolicy::Replace`]), sent once its streams are done. A worker
-/// that gets it knows another process holds its token now (this crate's
-/// [`Tunnel`](crate::tunnel::Tunnel) then waits its longest backoff before it dials
-/// again, so that a redeploy's old process does not take the worker back).
-pub const REPLACED: &str = "replaced by a new connection";
+/// ([`DuplicatePolicy::Replace`]); defined in [`connect`](crate::connect::REPLACED),
+/// where the worker's side reads it too.
+pub use crate::connect::REPLACED;
 
 impl Inner {
     /// Whether `worker` is one callers may ask for: in the token table, or

@@ -67,7 +67,7 @@ impl Budget {
                 held.checked_add(n).filter(|&h| h <= self.limit)
             })
             .map(|_| {
-                #[cfg(feature = "metrics")]
+                #[cfg(all(feature = "metrics", feature = "gateway"))]
                 crate::observe::relay::overflow_bytes(n as i64);
             })
             .map_err(|_| {
@@ -81,7 +81,7 @@ impl Budget {
     /// Returns `n` bytes counted by [`take`](Self::take).
     pub(crate) fn give(&self, n: u64) {
         self.held.fetch_sub(n, Ordering::AcqRel);
-        #[cfg(feature = "metrics")]
+        #[cfg(all(feature = "metrics", feature = "gateway"))]
         crate::observe::relay::overflow_bytes(-(n as i64));
     }
 }

@@ -10,7 +10,7 @@
 //! wait for the peer's reaction) goes out piece by piece.
 
 use super::{BodyError, RequestSink, ResponseSink};
-use crate::gateway::BoxError;
+use crate::BoxError;
 use bytes::{Buf, Bytes};
 use futures_sink::Sink;
 use http_body::Body;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// waits, and holds at most one file per 64 MiB that waits.
 const SEGMENT: u64 = 64 << 20;
 
-/// Overflow in temporary files: what a `gateway::Gateway` (feature `tower`)
+/// Overflow in temporary files: what a `gateway::Gateway` (feature `gateway`)
 /// uses by default. Each slow stream gets files made with
 /// [`tempfile::tempfile_in`], which have no name from the start (`O_TMPFILE`
 /// on Linux, or unlinked at once): the kernel frees them when the stream

@@ -1,4 +1,4 @@
-//! A hardened accept loop for a relay (feature `tower`): what `hyper`
+//! A hardened accept loop for a relay (feature `server`): what `hyper`
 //! leaves to its caller, with the defaults nginx has.
 //!
 //! - **HTTP/1.1 and HTTP/2** on one port: an HTTP/2 client is told apart
@@ -52,7 +52,7 @@ pub use peer::PeerAddr;
 #[cfg(feature = "rustls")]
 pub use tls::{CertError, ServerTls};
 
-use crate::gateway::BoxError;
+use crate::BoxError;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};

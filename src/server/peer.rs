@@ -4,11 +4,7 @@ use http::Request;
 use std::net::SocketAddr;
 use std::task::{Context, Poll};
 
-/// The address of the client a request came from, as
-/// [`serve`](super::serve) accepted it: a request extension
-/// (`req.extensions().get::<PeerAddr>()`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PeerAddr(pub SocketAddr);
+pub use crate::PeerAddr;
 
 /// `S` with every request marked with its connection's peer address.
 #[derive(Clone)]

@@ -1,4 +1,4 @@
-//! Any `tower` HTTP service served as a worker (feature `tower`): an axum
+//! Any `tower` HTTP service served as a worker (feature `tunnel`): an axum
 //! or hyper application, or a proxy to a local server, reachable through a
 //! relay without opening a port.
 //!
@@ -33,12 +33,13 @@ pub use run::{Jitter, Tunnel, TunnelEnd};
 
 use crate::connect::http::{request_builder, response_head_from_parts};
 use crate::frame::{CloseCode, Message};
-use crate::gateway::BoxError;
 use crate::observe::worker as observe;
 use crate::observe::{ByteCount, Counted};
 use crate::proto::WorkerConfig;
 use crate::rt::pump::{self, Pump, PumpEnd};
 use crate::rt::{self, DriverError, ResponseSink, TokioTimer};
+use crate::BoxError;
+use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
 use http::{Request, Response};
@@ -152,9 +153,9 @@ async fn refuse(req: rt::Request) {
         .status(http::StatusCode::SERVICE_UNAVAILABLE)
         .header(http::header::RETRY_AFTER, "1")
         .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(crate::gateway::GatewayBody::full(
-            "the worker is shutting down\n",
-        ));
+        .body(Text(Some(Bytes::from_static(
+            b"the worker is shutting down\n",
+        ))));
     let Ok(resp) = resp else {
         return req.responder.fail();
     };
@@ -166,6 +167,29 @@ async fn refuse(req: rt::Request) {
     if let Ok(sink) = req.responder.respond(head) {
         let ok = stream_body(body, sink).await;
         observe::request(if ok { "503" } else { "aborted" });
+    }
+}
+
+/// A body of one piece, for the worker's own answers.
+struct Text(Option<Bytes>);
+
+impl Body for Text {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.take().map(|b| Ok(http_body::Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.0.as_ref().map_or(0, |b| b.len() as u64))
     }
 }
 

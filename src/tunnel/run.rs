@@ -2,10 +2,10 @@
 
 use super::TunnelBody;
 use crate::connect::{Backoff, BackoffConfig, Refused, Token, Verdict, WorkerHandshake};
-use crate::gateway::BoxError;
 use crate::proto::WorkerConfig;
 use crate::rt::{Closed, DriverError};
 use crate::ws;
+use crate::BoxError;
 use http::{Request, Response};
 use http_body::Body;
 use std::time::Duration;
@@ -208,10 +208,10 @@ impl std::fmt::Debug for Tunnel {
 }
 
 /// Whether the relay closed the connection because a newer one of this
-/// worker replaced it ([`REPLACED`](crate::gateway::REPLACED)).
+/// worker replaced it ([`REPLACED`](crate::connect::REPLACED)).
 fn replaced(result: &Result<Closed, DriverError<ws::Error>>) -> bool {
     matches!(result, Ok(Closed::ByPeer(Some(f)))
-        if f.code == crate::frame::CloseCode::POLICY_VIOLATION && f.reason == crate::gateway::REPLACED)
+        if f.code == crate::frame::CloseCode::POLICY_VIOLATION && f.reason == crate::connect::REPLACED)
 }
 
 fn log_end(result: &Result<Closed, DriverError<ws::Error>>) {
