@@ -22,7 +22,7 @@ async fn serve(mut incoming: rt::Incoming) {
     let mut pool = Vec::new();
     while let Some(req) = incoming.next().await {
         pool.push(async move {
-            let rt::Request {
+            let rt::IncomingRequest {
                 head,
                 mut body,
                 responder,

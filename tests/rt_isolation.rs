@@ -30,7 +30,7 @@ fn spawn_app(pool: &LocalPool, mut incoming: rt::Incoming) {
     sp.spawn_local(async move {
         while let Some(req) = incoming.next().await {
             sp2.spawn_local(async move {
-                let rt::Request {
+                let rt::IncomingRequest {
                     head,
                     mut body,
                     responder,

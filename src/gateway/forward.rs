@@ -149,7 +149,13 @@ async fn exchange<B>(
     mut sink: RequestSink,
     mut response: ResponseFuture,
     access: &mut Access,
-) -> Result<(Option<Upload>, Result<crate::rt::Response, RelayError>), Response<GatewayBody>>
+) -> Result<
+    (
+        Option<Upload>,
+        Result<crate::rt::WorkerResponse, RelayError>,
+    ),
+    Response<GatewayBody>,
+>
 where
     B: Body + Send + 'static,
     B::Data: Send,

@@ -5,9 +5,9 @@
 //! [`Bytes`](bytes::Bytes). Timers come from the caller through [`Timer`].
 //!
 //! - Relay: [`relay`] gives a [`RelayHandle`] (send requests, get
-//!   [`Response`]s or a [`RelayError`] such as [`RelayError::WorkerGone`],
+//!   [`WorkerResponse`]s or a [`RelayError`] such as [`RelayError::WorkerGone`],
 //!   which the caller answers with 502) and a [`RelayDriver`] to spawn.
-//! - Worker: [`worker`] gives [`Incoming`], a stream of [`Request`]s (head,
+//! - Worker: [`worker`] gives [`Incoming`], a stream of [`IncomingRequest`]s (head,
 //!   body stream, [`Responder`]) and a [`WorkerDriver`] to spawn.
 //!
 //! Backpressure is end to end: a body sink is not ready while the
@@ -89,8 +89,8 @@ mod worker;
 pub use driver::{Closed, DriverError};
 pub use overflow::{MemoryOverflow, Overflow, OverflowFile};
 pub use relay::{
-    relay, relay_with_overflow, RelayDriver, RelayError, RelayHandle, RequestSink, Response,
-    ResponseBody, ResponseFuture,
+    relay, relay_with_overflow, RelayDriver, RelayError, RelayHandle, RequestSink, ResponseBody,
+    ResponseFuture, WorkerResponse,
 };
 #[cfg(feature = "tempfile")]
 pub use temp_file_overflow::TempFileOverflow;
@@ -98,8 +98,23 @@ pub use timer::{Sleep, Timer};
 #[cfg(feature = "tokio")]
 pub use tokio_timer::TokioTimer;
 pub use worker::{
-    worker, ClientGone, Incoming, Request, RequestBody, Responder, ResponseSink, WorkerDriver,
+    worker, ClientGone, Incoming, IncomingRequest, RequestBody, Responder, ResponseSink,
+    WorkerDriver,
 };
+
+/// 0.1's name of [`IncomingRequest`].
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `IncomingRequest`: `rt::Request` shadowed `http::Request`"
+)]
+pub type Request = IncomingRequest;
+
+/// 0.1's name of [`WorkerResponse`].
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `WorkerResponse`: `rt::Response` shadowed `http::Response`"
+)]
+pub type Response = WorkerResponse;
 
 use crate::proto::{FinishError, RelayEnd, WriteError};
 

@@ -368,14 +368,14 @@ impl RelayHandle {
     /// ```
     /// use futures::SinkExt;
     /// use worker_relay::frame::{Headers, RequestHead};
-    /// use worker_relay::rt::{RelayHandle, Response};
+    /// use worker_relay::rt::{RelayHandle, WorkerResponse};
     ///
     /// type BoxError = Box<dyn std::error::Error + Send + Sync>;
     ///
     /// /// `POST /echo` with a small body: written in full before the
     /// /// answer is awaited, which is fine while the body fits the
     /// /// connection's queue (see the module docs for large bodies).
-    /// async fn post(handle: &RelayHandle, body: &'static [u8]) -> Result<Response, BoxError> {
+    /// async fn post(handle: &RelayHandle, body: &'static [u8]) -> Result<WorkerResponse, BoxError> {
     ///     let mut headers = Headers::new();
     ///     headers.try_push("content-length", body.len().to_string())?;
     ///     let (mut sink, response) =
@@ -490,7 +490,7 @@ pub struct ResponseFuture {
 }
 
 /// The worker's response: its head and body.
-pub struct Response {
+pub struct WorkerResponse {
     /// The response head.
     pub head: ResponseHead,
     /// The response body.
@@ -498,7 +498,7 @@ pub struct Response {
 }
 
 impl Future for ResponseFuture {
-    type Output = Result<Response, RelayError>;
+    type Output = Result<WorkerResponse, RelayError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -511,7 +511,7 @@ impl Future for ResponseFuture {
         if let Some(head) = slot.head.take() {
             drop(sh);
             let guard = this.guard.take().expect("checked");
-            return Poll::Ready(Ok(Response {
+            return Poll::Ready(Ok(WorkerResponse {
                 head,
                 body: ResponseBody { guard, done: false },
             }));

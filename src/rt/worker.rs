@@ -194,16 +194,16 @@ impl Incoming {
 }
 
 impl Stream for Incoming {
-    type Item = Request;
+    type Item = IncomingRequest;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Request>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<IncomingRequest>> {
         let mut sh = lock(&self.shared);
         if let Some((key, id, head)) = sh.incoming.pop_front() {
             let guard = Arc::new(Guard {
                 shared: self.shared.clone(),
                 key,
             });
-            return Poll::Ready(Some(Request {
+            return Poll::Ready(Some(IncomingRequest {
                 id,
                 head,
                 body: RequestBody {
@@ -222,7 +222,7 @@ impl Stream for Incoming {
 }
 
 /// One request: its head, its body and the way to answer it.
-pub struct Request {
+pub struct IncomingRequest {
     /// The wire id (for logs).
     pub id: StreamId,
     /// The request head.

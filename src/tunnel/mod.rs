@@ -148,7 +148,7 @@ where
 }
 
 /// Answers a request that arrives while the worker drains: 503, `Retry-After: 1`.
-async fn refuse(req: rt::Request) {
+async fn refuse(req: rt::IncomingRequest) {
     let resp = Response::builder()
         .status(http::StatusCode::SERVICE_UNAVAILABLE)
         .header(http::header::RETRY_AFTER, "1")
@@ -194,7 +194,7 @@ impl Body for Text {
 }
 
 /// Answers one request with `service`.
-async fn handle<Svc, B>(req: rt::Request, mut service: Svc)
+async fn handle<Svc, B>(req: rt::IncomingRequest, mut service: Svc)
 where
     Svc: tower::Service<Request<TunnelBody>, Response = Response<B>>,
     Svc::Error: Into<BoxError>,
@@ -202,7 +202,7 @@ where
     B::Error: Into<BoxError>,
 {
     let _open = observe::stream_open();
-    let rt::Request {
+    let rt::IncomingRequest {
         head,
         body,
         responder,
