@@ -43,6 +43,10 @@
 //!   of the access log ([`gateway::ACCESS_TARGET`]). The names and what
 //!   they mean: `docs/operations.md` in the repository.
 //!
+//! What each call can return, and how one failure looks from each layer
+//! (a stream's end, the relay's errors before and after the head, the
+//! gateway's answer and its access log): [`errors`].
+//!
 //! Each layer's page says what it is for and shows it in a short example;
 //! no layer reaches up (`frame` ← `proto` ← `connect`, `rt` ← `ws` ←
 //! `gateway`, `server`, `tunnel`).
@@ -186,6 +190,7 @@
 mod observe;
 
 pub mod connect;
+pub mod errors;
 pub mod frame;
 #[cfg(feature = "gateway")]
 #[cfg_attr(docsrs, doc(cfg(feature = "gateway")))]
