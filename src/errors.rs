@@ -17,6 +17,7 @@
 //! | `rt` | a request's [`ResponseFuture`](crate::rt::ResponseFuture) (relay side) | [`RelayError`](crate::rt::RelayError) | the request failed before the worker's response head; [`status`](crate::rt::RelayError::status) is the caller's answer |
 //! | `rt` | body streams and sinks, both sides | [`BodyError`](crate::rt::BodyError) | the body failed after the head |
 //! | `ws` | [`dial`](crate::ws::dial) | [`DialError`](crate::ws::DialError) | a [`Verdict`](crate::connect::Verdict) and its cause (DNS, TCP, TLS, the relay's HTTP answer, a time limit) |
+//! | `gateway` | [`Gateway::attach`](crate::gateway::Gateway::attach) | `Result<`[`Closed`](crate::rt::Closed)`, `[`AttachError`](crate::gateway::AttachError)`<E>>` | as a driver's end, or `Duplicate`: refused, the worker is connected already |
 //! | `gateway` | its services | never an `Err` | every failure is an HTTP answer (the table below) and one access-log line with its `end` |
 //! | `tunnel` | [`serve`](crate::tunnel::serve) | as an `rt` driver, `E` = the WebSocket's error | the connection's end |
 //! | `tunnel` | [`Tunnel::run`](crate::tunnel::Tunnel::run), [`run_until`](crate::tunnel::Tunnel::run_until) | [`Refused`](crate::connect::Refused), [`TunnelEnd`](crate::tunnel::TunnelEnd) | they retry everything else; they end only when the relay refuses the worker for good, or at the shutdown |

@@ -154,7 +154,12 @@ async fn a_connection_refused_after_the_upgrade_is_closed_with_1013() {
     }
     let (relay_side, mut worker_side) = mem::socket_pair();
     let g = gateway.clone();
-    let attached = tokio::spawn(async move { g.attach(abc(), relay_side).await.is_none() });
+    let attached = tokio::spawn(async move {
+        matches!(
+            g.attach(abc(), relay_side).await,
+            Err(worker_relay::gateway::AttachError::Duplicate)
+        )
+    });
     let got = tokio::time::timeout(Duration::from_secs(5), worker_side.rx.next())
         .await
         .expect("a message within 5 s");

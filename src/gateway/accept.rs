@@ -363,3 +363,18 @@ fn describe<E: std::fmt::Display>(result: &Result<rt::Closed, DriverError<E>>) -
         Err(e) => e.to_string(),
     }
 }
+
+/// Why [`Gateway::attach`](super::Gateway::attach) ended other than in
+/// good order.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttachError<E> {
+    /// The worker is connected already and the gateway's
+    /// [`DuplicatePolicy::Refuse`](super::DuplicatePolicy::Refuse) refused
+    /// this connection: it was closed with 1013 (try again later).
+    #[error("refused: another connection of this worker is registered (closed with 1013)")]
+    Duplicate,
+    /// The connection was served and ended abnormally.
+    #[error("{0}")]
+    Driver(DriverError<E>),
+}

@@ -78,6 +78,7 @@ mod overflow_log;
 mod registry;
 mod upload;
 
+pub use accept::AttachError;
 pub use access::ACCESS_TARGET;
 pub use authorize::{AuthorizeFuture, Presented};
 pub use body::GatewayBody;
@@ -86,7 +87,7 @@ pub use registry::{DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLA
 use crate::connect::{ConnectTarget, TokenTable, UrlMap, WorkerId};
 use crate::frame::{CloseCode, Message};
 use crate::proto::{OverflowConfig, RelayConfig, Stats};
-use crate::rt::{self, DriverError, Overflow, RelayHandle, TempFileOverflow};
+use crate::rt::{self, Overflow, RelayHandle, TempFileOverflow};
 use futures_core::Stream;
 use futures_sink::Sink;
 use http::{Request, Response, StatusCode};
@@ -426,17 +427,22 @@ impl Gateway {
     /// until it starts closing (its close then takes at most the
     /// connection's `close_timeout`): for a WebSocket accepted some other way (axum's
     /// `WebSocketUpgrade` mapped to [`Message`]s, say) after your own
-    /// handshake decision. `None` if [`DuplicatePolicy::Refuse`] refused it.
+    /// handshake decision. Returns how the connection ended:
+    /// [`AttachError::Duplicate`] if [`DuplicatePolicy::Refuse`] refused it,
+    /// [`AttachError::Driver`] if it ended abnormally.
     pub async fn attach<S, E>(
         &self,
         worker: WorkerId,
         socket: S,
-    ) -> Option<Result<rt::Closed, DriverError<E>>>
+    ) -> Result<rt::Closed, AttachError<E>>
     where
         S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
         E: std::fmt::Display,
     {
-        accept::attach(&self.inner, worker, socket, Default::default()).await
+        match accept::attach(&self.inner, worker, socket, Default::default()).await {
+            None => Err(AttachError::Duplicate),
+            Some(ended) => ended.map_err(AttachError::Driver),
+        }
     }
 
     /// The connection of `worker`, if it is connected.
@@ -605,62 +611,115 @@ fn answer(status: StatusCode, text: &str) -> Response<GatewayBody> {
 pub type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, Infallible>> + Send>>;
 
-macro_rules! service {
-    ($(#[$doc:meta])* $name:ident, |$inner:ident, $req:ident| $body:expr) => {
-        $(#[$doc])*
-        #[derive(Clone)]
-        pub struct $name(Arc<Inner>);
+/// Accepts workers' upgrade requests (see the [module docs](self)): a
+/// `tower::Service` for any request body, never failing (a refusal is an
+/// HTTP answer, 400, 401, 426, 429 or 503, with the reason in its text).
+/// Get it from [`Gateway::connect`]; clones share the gateway.
+#[derive(Clone)]
+pub struct Connect(Arc<Inner>);
 
-        impl std::fmt::Debug for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(stringify!($name))
-            }
-        }
+/// Forwards callers' requests to their workers (see the
+/// [module docs](self)): a `tower::Service` for any request body, never
+/// failing (the relay's own answers are 400, 401, 404, 405, 408, 414, 431,
+/// 502, 503 and 504; [`errors`](crate::errors) says which failure is
+/// which). Get it from
+/// [`Gateway::forward`]; clones share the gateway.
+#[derive(Clone)]
+pub struct Forward(Arc<Inner>);
 
-        impl<B> tower::Service<Request<B>> for $name
-        where
-            B: http_body::Body + Send + 'static,
-            B::Data: Send,
-            B::Error: Into<BoxError>,
-        {
-            type Response = Response<GatewayBody>;
-            type Error = Infallible;
-            type Future = ResponseFuture;
+/// [`Connect`] on the gateway's connect path and under it
+/// (`/connect/<id>`), [`Forward`] elsewhere: the whole relay as one
+/// `tower::Service`. Get it from [`Gateway::service`]; clones share the
+/// gateway.
+#[derive(Clone)]
+pub struct GatewayService(Arc<Inner>);
 
-            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-                Poll::Ready(Ok(()))
-            }
-
-            fn call(&mut self, $req: Request<B>) -> ResponseFuture {
-                let $inner = self.0.clone();
-                Box::pin(async move { Ok($body) })
-            }
-        }
-    };
+impl std::fmt::Debug for Connect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Connect")
+    }
 }
 
-service!(
-    /// Accepts workers' upgrade requests (see the [module docs](self)).
-    Connect,
-    |inner, req| accept::accept(&inner, req).await
-);
-
-service!(
-    /// Forwards callers' requests to their workers (see the
-    /// [module docs](self)).
-    Forward,
-    |inner, req| forward::forward(inner, req).await
-);
-
-service!(
-    /// [`Connect`] on the gateway's connect path and under it
-    /// (`/connect/<id>`), [`Forward`] elsewhere.
-    GatewayService,
-    |inner, req| {
-        if ConnectTarget::parse(&inner.connect_path, req.uri().path()).is_some() {
-            accept::accept(&inner, req).await
-        } else {
-            forward::forward(inner, req).await
-        }
+impl std::fmt::Debug for Forward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Forward")
     }
-);
+}
+
+impl std::fmt::Debug for GatewayService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GatewayService")
+    }
+}
+
+impl<B> tower::Service<Request<B>> for Connect
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<GatewayBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    /// Always ready.
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> ResponseFuture {
+        let inner = self.0.clone();
+        Box::pin(async move { Ok(accept::accept(&inner, req).await) })
+    }
+}
+
+impl<B> tower::Service<Request<B>> for Forward
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<GatewayBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    /// Always ready: a worker's bound on open streams answers 503 per
+    /// request instead.
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> ResponseFuture {
+        let inner = self.0.clone();
+        Box::pin(async move { Ok(forward::forward(inner, req).await) })
+    }
+}
+
+impl<B> tower::Service<Request<B>> for GatewayService
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<GatewayBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    /// Always ready.
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> ResponseFuture {
+        let inner = self.0.clone();
+        Box::pin(async move {
+            Ok(
+                if ConnectTarget::parse(&inner.connect_path, req.uri().path()).is_some() {
+                    accept::accept(&inner, req).await
+                } else {
+                    forward::forward(inner, req).await
+                },
+            )
+        })
+    }
+}
