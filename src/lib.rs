@@ -13,6 +13,8 @@
 //!   they embed. It uses only `frame`.
 //! - [`connect`]: sans-IO pieces around a connection: handshake, reconnect
 //!   backoff, URL mapping (and the keepalive, re-exported).
+//! - `forward` (feature `http`): a forwarded request and response as the
+//!   `http` crate's types, at the relay's end and at the worker's.
 //! - [`rt`]: thin async adapters on `futures-core`/`futures-sink` only, for
 //!   any runtime: [`rt::relay`] and [`rt::worker`] drive a machine over any
 //!   `Stream + Sink` of [`frame::Message`] and hand out handles, futures
@@ -48,7 +50,7 @@
 //! gateway's answer and its access log): [`errors`].
 //!
 //! Each layer's page says what it is for and shows it in a short example;
-//! no layer reaches up (`frame` ← `proto` ← `connect`, `rt` ← `ws` ←
+//! no layer reaches up (`frame` ← `proto` ← `connect` ← `forward`, `rt` ← `ws` ←
 //! `gateway`, `server`, `tunnel`).
 //!
 //! ## The run loop
@@ -191,6 +193,9 @@ mod observe;
 
 pub mod connect;
 pub mod errors;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod forward;
 pub mod frame;
 #[cfg(feature = "gateway")]
 #[cfg_attr(docsrs, doc(cfg(feature = "gateway")))]

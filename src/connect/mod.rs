@@ -16,7 +16,7 @@
 //! | [`Backoff`] | worker | how long to wait before reconnecting: 1 s doubling to 60 s, with jitter |
 //! | [`Keepalive`] | both | a ping every 20 s; dead if no pong within 20 s (defined in `proto`) |
 //! | [`UrlMap`], [`Route`], [`WorkerId`] | relay | `/w/<id>/<path>?<query>` → worker, path and query |
-//! | `connect::http` (feature `http`) | both | conversions to and from the `http` crate's request and response types |
+//! | `connect::http` (feature `http`) | both | the handshake on the `http` crate's types (a forwarded request's conversions are in [`forward`](crate::forward)) |
 //!
 //! # Handshake
 //!

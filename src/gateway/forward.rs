@@ -3,9 +3,9 @@
 use super::access::Access;
 use super::upload::{Deadlines, Upload, UploadEnd};
 use super::{answer, BoxError, GatewayBody, Inner};
-use crate::connect::http::{request_head_from_parts, response_builder, HttpError};
 use crate::connect::UrlError;
 use crate::connect::WorkerId;
+use crate::forward::{request_head_from_parts, response_builder, HttpError};
 use crate::observe::Counted;
 use crate::proto::OpenError;
 use crate::rt::{RelayError, RequestSink, ResponseFuture};

@@ -31,7 +31,7 @@ mod run;
 pub use body::{TunnelBody, PEEK_WAIT};
 pub use run::{Jitter, Tunnel, TunnelEnd};
 
-use crate::connect::http::{request_builder, response_head_from_parts};
+use crate::forward::{request_builder, response_head_from_parts};
 use crate::frame::{CloseCode, Message};
 use crate::observe::worker as observe;
 use crate::observe::{ByteCount, Counted};

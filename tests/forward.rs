@@ -2,10 +2,10 @@
 //! worker → `http::Request`, and the app's `http::Response` travels back.
 #![cfg(feature = "http")]
 
-use worker_relay::connect::http::{
+use worker_relay::connect::{UrlError, UrlMap};
+use worker_relay::forward::{
     request_builder, request_head_from_parts, response_builder, response_head_from_parts, HttpError,
 };
-use worker_relay::connect::{UrlError, UrlMap};
 use worker_relay::frame::{self, ControlFrame, Decoded, StreamId};
 
 fn through_the_wire(frame: ControlFrame) -> ControlFrame {
