@@ -13,6 +13,9 @@ use super::url::{WorkerId, WorkerIdError};
 
 /// Where a worker's upgrade request was sent, relative to the relay's
 /// connect path (`/connect` by default).
+///
+/// Exhaustive on purpose: a path is the connect path or under it
+/// (anything else is `None` from [`ConnectTarget::parse`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnectTarget<'a> {
     /// The connect path itself: the token alone names the worker

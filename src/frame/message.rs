@@ -47,6 +47,9 @@ pub struct CloseFrame {
 /// Map your WebSocket library's message type onto this one (for
 /// tokio-tungstenite: `Text`, `Binary`, `Ping`, `Pong` and `Close` map one to
 /// one; raw `Frame`s never reach an application).
+///
+/// Exhaustive on purpose: RFC 6455 has exactly these five kinds of
+/// message, so a `match` on them needs no wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     /// A text message: a JSON control frame.
