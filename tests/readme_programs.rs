@@ -243,19 +243,30 @@ async fn until(addr: SocketAddr, target: &str, status: u16) -> client::Answer {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_three_programs_serve_callers_through_each_other() {
+/// The README's relay on a free port with `TOKENS`: its address, its
+/// connect URL, the tokens file's directory, and its task.
+async fn start_relay() -> (
+    SocketAddr,
+    String,
+    tempfile::TempDir,
+    tokio::task::JoinHandle<Result<(), BoxError>>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.txt");
     std::fs::write(&tokens, TOKENS).unwrap();
     let relay_addr = free_addr();
     let addr: SocketAddr = relay_addr.parse().unwrap();
     let connect_url = format!("ws://{relay_addr}/connect");
-    let upstream = upstream_server().await;
-
     let relay = tokio::spawn(async move { relay_embed(&tokens, &relay_addr).await });
     let status = until(addr, "/status", 200).await;
     assert_eq!(&status.body[..], b"the app's own route");
+    (addr, connect_url, dir, relay)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_three_programs_serve_callers_through_each_other() {
+    let (addr, connect_url, _dir, relay) = start_relay().await;
+    let upstream = upstream_server().await;
 
     let (url, up) = (connect_url.clone(), upstream.clone());
     let router =
@@ -299,15 +310,7 @@ async fn the_three_programs_serve_callers_through_each_other() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_worker_program_exits_1_and_a_missing_tokens_file_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.txt");
-    std::fs::write(&tokens, TOKENS).unwrap();
-    let relay_addr = free_addr();
-    let addr: SocketAddr = relay_addr.parse().unwrap();
-    let connect_url = format!("ws://{relay_addr}/connect");
-    let (t, a) = (tokens.clone(), relay_addr.clone());
-    let relay = tokio::spawn(async move { relay_embed(&t, &a).await });
-    until(addr, "/status", 200).await;
+    let (_, connect_url, dir, relay) = start_relay().await;
 
     // A token the relay does not know: 401, final, so `run` returns.
     let wrong = Some("ct-nobody-0123456789".to_owned());
