@@ -374,7 +374,8 @@ pub enum AttachError<E> {
     /// this connection: it was closed with 1013 (try again later).
     #[error("refused: another connection of this worker is registered (closed with 1013)")]
     Duplicate,
-    /// The connection was served and ended abnormally.
-    #[error("{0}")]
+    /// The connection was served and ended abnormally (shown as the
+    /// [`DriverError`] is, its `source()` the same).
+    #[error(transparent)]
     Driver(DriverError<E>),
 }
