@@ -302,6 +302,33 @@ async fn the_three_programs_serve_callers_through_each_other() {
     assert_eq!(answer.body.len(), body.len());
     assert!(answer.body == body, "the echoed body differs");
 
+    // Targets a caller may send: the tunnel's `expect` must hold for every
+    // one the relay forwards (a panic there would fail the stream: 502).
+    // Each reaches the upstream as it came, or is refused by the relay.
+    for target in [
+        "//evil.example/x",
+        "/a%20b/%2e%2e/c",
+        "/{x}/;p=1/~u@h:1",
+        "/q?a=1&b=%ff&c=|^`{}",
+        "/q?",
+        "/%00",
+    ] {
+        let a = client::request(addr, "GET", &format!("/w/up{target}"), &[], Bytes::new())
+            .await
+            .unwrap();
+        match a.status {
+            // An empty query is no query: the `request` frame's `query`
+            // is "" either way.
+            200 => assert_eq!(
+                a.headers["x-seen"],
+                format!("GET {} {host}", target.trim_end_matches('?')).as_str(),
+                "{target}"
+            ),
+            400 | 404 => {}
+            other => panic!("{target}: {other}"),
+        }
+    }
+
     assert!(!router.is_finished() && !tunnel.is_finished() && !relay.is_finished());
     router.abort();
     tunnel.abort();
