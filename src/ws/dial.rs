@@ -3,7 +3,7 @@
 //! upgrade, each with its own cause when it fails.
 
 use super::stream::DialStream;
-use super::{config, WsSocket, DIAL_TIMEOUT};
+use super::{config, WsSocket, DIAL_READ_BUFFER, DIAL_TIMEOUT};
 use crate::connect::{Refused, RetryReason, Verdict, WorkerHandshake};
 use std::fmt;
 use std::future::Future;
@@ -154,6 +154,7 @@ impl From<DialError> for Verdict {
 #[derive(Clone, Debug)]
 pub struct Dialer {
     timeout: Duration,
+    read_buffer: usize,
     #[cfg(feature = "rustls")]
     tls: super::tls::ClientTls,
 }
@@ -165,11 +166,13 @@ impl Default for Dialer {
 }
 
 impl Dialer {
-    /// A dialer with the defaults: [`DIAL_TIMEOUT`] for the whole dial
-    /// and, for `wss://`, the platform's trusted roots.
+    /// A dialer with the defaults: [`DIAL_TIMEOUT`] for the whole dial,
+    /// reads of up to [`DIAL_READ_BUFFER`] and, for `wss://`, the
+    /// platform's trusted roots.
     pub fn new() -> Dialer {
         Dialer {
             timeout: DIAL_TIMEOUT,
+            read_buffer: DIAL_READ_BUFFER,
             #[cfg(feature = "rustls")]
             tls: super::tls::ClientTls::default(),
         }
@@ -184,6 +187,16 @@ impl Dialer {
     /// The dial's time limit.
     pub fn time_limit(&self) -> Duration {
         self.timeout
+    }
+
+    /// The connection's read buffer: allocated when the connection opens
+    /// (and written over whole on its first read), and the most one read
+    /// takes from the socket. [`DIAL_READ_BUFFER`] by default; a process
+    /// that holds many idle connections may want [`READ_BUFFER`](super::READ_BUFFER),
+    /// the relay's, at the price of a system call per 4 KiB of body.
+    pub fn read_buffer(mut self, bytes: usize) -> Dialer {
+        self.read_buffer = bytes;
+        self
     }
 
     /// Dials `url` (`ws://host:port/path`, or `wss://` with feature
@@ -213,7 +226,11 @@ impl Dialer {
         } else {
             DialStream::Plain(tcp)
         };
-        let upgrade = tokio_tungstenite::client_async_with_config(request, stream, Some(config()));
+        let upgrade = tokio_tungstenite::client_async_with_config(
+            request,
+            stream,
+            Some(config().read_buffer_size(self.read_buffer)),
+        );
         let answer = within(
             deadline,
             self.timeout,

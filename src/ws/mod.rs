@@ -7,7 +7,8 @@
 //!   chunks) and pings cross without a copy; a text frame (a small control
 //!   frame) is copied once on the way in.
 //! - [`config`]: tungstenite's settings for this protocol, with a small read
-//!   buffer so that an idle connection costs little memory.
+//!   buffer so that an idle connection costs the relay little memory; the
+//!   worker's dial reads in larger passes ([`DIAL_READ_BUFFER`]).
 //! - [`Dialer`] (and [`dial`], its defaults): the worker's dial, `ws://`
 //!   or (feature `rustls`) `wss://` trusting the platform's roots and any
 //!   CA given; its answer judged into a [`Verdict`](crate::connect::Verdict)
@@ -70,10 +71,18 @@ pub use tokio_tungstenite::tungstenite::Error;
 /// fails the socket without being buffered.
 pub const MAX_BUFFERED_MESSAGE: usize = 16 << 20;
 
-/// The read buffer of a connection: 4 KiB, allocated up front. An idle
-/// connection costs about this much of it; a busy one reads a 1 MiB chunk in
-/// several passes, which costs little next to the copy into the message.
+/// The read buffer of a relay's connection: 4 KiB, allocated up front. An
+/// idle connection costs about this much of it; a busy one reads a 1 MiB
+/// chunk in 256 passes (a system call each).
 pub const READ_BUFFER: usize = 4 << 10;
+
+/// The read buffer of a dialled (worker's) connection, by default: 128 KiB,
+/// tungstenite's own default. A worker holds one connection, and reads the
+/// request bodies it is sent in passes of up to this much: a 1 GiB upload
+/// through relay + worker took 1.20 s with 4 KiB passes (a quarter of a
+/// million `recvfrom`s) and 0.97 s with these (BENCHMARKS.md, issue 28).
+/// [`Dialer::read_buffer`] sets another.
+pub const DIAL_READ_BUFFER: usize = 128 << 10;
 
 /// How long [`dial`] waits for the TCP connection and the upgrade answer
 /// together, by default.
