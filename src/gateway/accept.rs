@@ -8,6 +8,7 @@ use crate::connect::{
 };
 use crate::frame::{CloseCode, Message, SUBPROTOCOL};
 use crate::rt::{self, DriverError, TokioTimer};
+use crate::ws::read_ahead::ReadAhead;
 use crate::ws::WsSocket;
 use futures_core::Stream;
 use futures_sink::Sink;
@@ -110,7 +111,10 @@ async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Respo
                 return;
             }
         };
-        let socket = WsSocket::server(TokioIo::new(upgraded)).await;
+        // Read in 4 KiB passes while the worker is quiet, larger ones while it
+        // sends (a response body), without holding a large buffer per idle
+        // worker.
+        let socket = WsSocket::server(ReadAhead::new(TokioIo::new(upgraded))).await;
         let decided = Decided {
             table: Some(table),
             peer,

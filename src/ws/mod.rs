@@ -44,6 +44,8 @@
 //! ```
 
 mod dial;
+#[cfg(feature = "gateway")]
+pub(crate) mod read_ahead;
 mod stream;
 #[cfg(feature = "rustls")]
 mod tls;
@@ -72,8 +74,10 @@ pub use tokio_tungstenite::tungstenite::Error;
 pub const MAX_BUFFERED_MESSAGE: usize = 16 << 20;
 
 /// The read buffer of a relay's connection: 4 KiB, allocated up front. An
-/// idle connection costs about this much of it; a busy one reads a 1 MiB
-/// chunk in 256 passes (a system call each).
+/// idle connection costs about this much of it. Read straight from the
+/// socket, a busy one would take a system call per 4 KiB; the
+/// [`Gateway`](crate::gateway::Gateway) reads ahead in 64 KiB passes while
+/// a worker sends, into a buffer it frees when the socket goes quiet.
 pub const READ_BUFFER: usize = 4 << 10;
 
 /// The read buffer of a dialled (worker's) connection, by default: 128 KiB,
