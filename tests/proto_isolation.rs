@@ -56,6 +56,21 @@ impl Relay {
         )
     }
 
+    /// An overflow of `memory_per_stream` in memory that waits up to
+    /// `spill_after` for a caller to catch up before it spills.
+    fn with_wait(memory_per_stream: usize, spill_after: Duration) -> Relay {
+        let mut ov = OverflowConfig::default();
+        ov.memory_per_stream = memory_per_stream;
+        ov.spill_after = spill_after;
+        Relay::new(
+            RelayConfig::builder()
+                .overflow(Some(ov))
+                .keepalive(None)
+                .build()
+                .unwrap(),
+        )
+    }
+
     /// Opens a GET, answered 200 by the worker: returns (key, wire id).
     fn open(&mut self) -> (StreamKey, StreamId) {
         let k = self.r.open_stream(get("/bytes")).unwrap();
@@ -171,6 +186,114 @@ fn a_slow_stream_spills_and_gets_everything_back_in_order() {
     assert_eq!(t.r.stats().overflow_bytes, 0);
     assert!(t.store.values().all(VecDeque::is_empty));
     assert_eq!(t.r.open_streams(), 0);
+}
+
+const WAIT: Duration = Duration::from_millis(5);
+
+#[test]
+fn a_caller_that_catches_up_within_spill_after_is_not_sent_through_the_overflow() {
+    let mut t = Relay::with_wait(1000, WAIT);
+    let (k, wid) = t.open();
+    let body = pattern(20_000);
+    let mut got = Vec::new();
+    for piece in body.chunks(700) {
+        t.chunk(wid, piece);
+        if !t.r.wants_read() {
+            // Past its memory with an empty overflow: the chunk in hand is
+            // held (one chunk over the bound), reading pauses, and the
+            // wait has a deadline.
+            assert_eq!(t.r.spilled(k), 0);
+            assert!(t.r.stats().body_buffered_in <= 1000 + 700);
+            assert_eq!(t.r.poll_timeout(), Some(t.now + WAIT));
+            // A data message now is handed back, as for any pause.
+            let m = Message::Binary(encode_chunk(wid, b"early"));
+            assert!(t.r.handle_message(m, t.now).is_err());
+            t.advance(WAIT / 2);
+            assert!(!t.r.wants_read(), "still within the wait");
+            // The caller catches up: reading resumes at once.
+            got.extend(t.read(k).0);
+            assert!(t.r.wants_read());
+        }
+    }
+    t.end(wid);
+    let (rest, last) = t.read(k);
+    got.extend(rest);
+    assert_eq!(last, BodyRead::End);
+    assert!(got == body[..], "order or bytes differ");
+    assert_eq!(t.r.stats().overflow_bytes, 0);
+    assert!(t.store.is_empty(), "nothing went to the overflow");
+}
+
+#[test]
+fn a_caller_that_does_not_catch_up_spills_after_the_wait_until_its_overflow_is_empty() {
+    let mut t = Relay::with_wait(1000, WAIT);
+    let (k, wid) = t.open();
+    let (other, wother) = t.open();
+    let body = pattern(20_000);
+    let mut pieces = body.chunks(700);
+    t.chunk(wid, pieces.next().unwrap());
+    t.chunk(wid, pieces.next().unwrap());
+    assert!(!t.r.wants_read());
+    t.advance(WAIT - Duration::from_micros(1));
+    assert!(!t.r.wants_read());
+    t.advance(Duration::from_micros(1));
+    assert!(t.r.wants_read(), "the wait is over, in vain");
+    // Every further chunk spills at once; reading never pauses again for
+    // this stream, and the other stream's data passes.
+    for piece in pieces {
+        t.chunk(wid, piece);
+        assert!(t.r.wants_read());
+    }
+    t.chunk(wother, b"ok");
+    t.end(wother);
+    assert_eq!(t.read(other), (b"ok".to_vec(), BodyRead::End));
+    assert_eq!(t.r.spilled(k), 20_000 - 1400);
+    // The caller reads it all, in order; then, with its overflow empty, the
+    // stream waits again before it would spill.
+    let (got, last) = t.read(k);
+    assert_eq!(last, BodyRead::Pending);
+    assert!(got == body[..], "order or bytes differ");
+    assert_eq!(t.r.stats().overflow_bytes, 0);
+    t.chunk(wid, &pattern(700));
+    t.chunk(wid, &pattern(700));
+    assert!(!t.r.wants_read(), "waits again once caught up");
+    assert_eq!(t.r.spilled(k), 0);
+}
+
+#[test]
+fn a_wait_ends_when_its_stream_goes_or_the_connection_closes() {
+    let mut t = Relay::with_wait(1000, WAIT);
+    let (k, wid) = t.open();
+    t.chunk(wid, &pattern(700));
+    t.chunk(wid, &pattern(700));
+    assert!(!t.r.wants_read());
+    t.r.abort(k);
+    t.pump();
+    assert!(t.r.wants_read(), "the caller went: reading resumes");
+    assert!(t.aborted(wid));
+
+    let (_, w2) = t.open();
+    t.chunk(w2, &pattern(700));
+    t.chunk(w2, &pattern(700));
+    assert!(!t.r.wants_read());
+    t.r.handle_lost();
+    t.pump();
+    assert!(t.r.is_closed());
+    assert!(!t.r.wants_read());
+}
+
+#[test]
+fn spill_after_must_be_shorter_than_the_read_pause_bound() {
+    let mut ov = OverflowConfig::default();
+    ov.spill_after = Duration::from_secs(10);
+    let err = RelayConfig::builder()
+        .overflow(Some(ov))
+        .read_pause_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field, "overflow.spill_after");
+    ov.spill_after = Duration::from_millis(1);
+    assert!(RelayConfig::builder().overflow(Some(ov)).build().is_ok());
 }
 
 #[test]
@@ -416,6 +539,8 @@ mod overflow_props {
         Refill(usize),
         /// The worker ends stream `s`.
         End(usize),
+        /// Time passes, in milliseconds.
+        Advance(u64),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -425,6 +550,7 @@ mod overflow_props {
             2 => (0..6usize).prop_map(Op::Spill),
             2 => (1..4000usize).prop_map(Op::Refill),
             1 => (0..3usize).prop_map(Op::End),
+            1 => (0..3u64).prop_map(Op::Advance),
         ]
     }
 
@@ -435,10 +561,24 @@ mod overflow_props {
         /// order, memory stays bounded, nothing is lost or left over.
         #[test]
         fn spill_and_refill_keep_every_stream_whole(ops in proptest::collection::vec(op(), 1..200)) {
+            check(ops, Duration::ZERO)?;
+        }
+
+        /// The same with a wait before each spill
+        /// (`OverflowConfig::spill_after`).
+        #[test]
+        fn spill_after_a_wait_keeps_every_stream_whole(ops in proptest::collection::vec(op(), 1..200)) {
+            check(ops, Duration::from_millis(2))?;
+        }
+    }
+
+    fn check(ops: Vec<Op>, spill_after: Duration) -> Result<(), TestCaseError> {
+        {
             let mut ov = OverflowConfig::default();
             ov.memory_per_stream = 2000;
+            ov.spill_after = spill_after;
             let mut r = RelayConnection::new(RelayConfig::builder().overflow(Some(ov)).keepalive(None).max_unread_bytes(1 << 20).build().unwrap());
-            let now = Instant::now();
+            let mut now = Instant::now();
             r.handle_timeout(now);
             let mut keys = Vec::new();
             let mut wids = Vec::new();
@@ -489,6 +629,10 @@ mod overflow_props {
                             }
                         }
                     }
+                    Op::Advance(ms) => {
+                        now += Duration::from_millis(ms);
+                        r.handle_timeout(now);
+                    }
                     Op::Spill(n) => {
                         for _ in 0..n {
                             let Some((k, d)) = r.poll_spill() else { break };
@@ -515,7 +659,13 @@ mod overflow_props {
                 let st = r.stats();
                 prop_assert!(st.body_buffered_in <= 3 * (2000 + 3000) as u64, "{st:?}");
             }
-            // Drain everything: each stream ends, whole and in order.
+            // Drain everything: each stream ends, whole and in order. A
+            // wait before a spill ends at its deadline.
+            if !r.wants_read() {
+                now += spill_after;
+                r.handle_timeout(now);
+            }
+            prop_assert!(r.wants_read());
             for s in 0..3 {
                 if !ended[s] {
                     ended[s] = true;
@@ -558,6 +708,8 @@ mod overflow_props {
             prop_assert_eq!(r.stats().overflow_bytes, 0);
             prop_assert_eq!(r.stats().body_buffered_in, 0);
             prop_assert!(store.values().all(VecDeque::is_empty));
+            prop_assert!(r.wants_read());
         }
+        Ok(())
     }
 }

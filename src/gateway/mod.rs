@@ -106,6 +106,13 @@ pub use crate::BoxError;
 /// (checked against its token).
 pub const CONNECT_PATH: &str = "/connect";
 
+/// How long a stream past its 256 KiB in memory waits for its caller
+/// before its response goes to the overflow store, by default
+/// ([`OverflowConfig::spill_after`]): long enough for a caller's task
+/// waiting for a thread, far too short for a slow caller to hold up the
+/// other streams.
+const SPILL_AFTER: Duration = Duration::from_millis(1);
+
 /// A relay's state, shared by its services. Cheap to clone.
 #[derive(Clone)]
 pub struct Gateway {
@@ -174,7 +181,8 @@ impl GatewayBuilder {
     /// slow callers' responses overflowing: 256 KiB per stream in memory
     /// (not the machine's 1 MiB: with the file store behind it, memory is
     /// only a step on the way, and 20 slow callers then cost ~5 MiB, not
-    /// 20), then the overflow store.
+    /// 20), then, after a wait of at most 1 ms for the caller to catch up
+    /// ([`OverflowConfig::spill_after`]), the overflow store.
     pub fn relay_config(mut self, config: RelayConfig) -> Self {
         self.relay = config;
         self
@@ -384,6 +392,7 @@ impl Gateway {
         let relay = RelayConfig::builder()
             .overflow(Some(OverflowConfig {
                 memory_per_stream: 256 << 10,
+                spill_after: SPILL_AFTER,
                 ..OverflowConfig::default()
             }))
             .build()

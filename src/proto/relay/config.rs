@@ -127,6 +127,12 @@ impl RelayConfig {
             at_least_one("overflow.memory_per_stream", ov.memory_per_stream as u64)?;
             at_least_one("overflow.max_per_stream", ov.max_per_stream)?;
             at_least_one("overflow.max_total", ov.max_total)?;
+            if ov.spill_after >= self.read_pause_timeout.0 {
+                return Err(ConfigError::new(
+                    "overflow.spill_after",
+                    "must be shorter than read_pause_timeout",
+                ));
+            }
         }
         positive("stall_timeout", self.stall_timeout.0)?;
         positive("read_pause_timeout", self.read_pause_timeout.0)
@@ -171,6 +177,23 @@ pub struct OverflowConfig {
     /// All streams' bytes in the overflow; past it the stream whose chunk
     /// would cross it is given up. Default 4 GiB.
     pub max_total: u64,
+    /// How long a stream past its memory bound, with nothing in the
+    /// overflow yet, may hold reading paused for its caller to catch up
+    /// before its chunks go to the overflow. Default zero: they go at once.
+    ///
+    /// A caller that reads as fast as the worker sends, but not at the
+    /// very instant a chunk arrives (its task is waiting for a thread), is
+    /// then not sent through the overflow store, whose file costs two more
+    /// copies of every byte: a 1 GiB download through the crate's
+    /// [`Gateway`](crate::gateway::Gateway) took 1.64 s with its overflow
+    /// at once and 1.3 s with a wait of 1 ms (BENCHMARKS.md, issue 28).
+    /// The price is the other streams': while one stream waits, reading
+    /// pauses, for at most this long each time the stream outgrows its
+    /// memory with an empty overflow; the memory bound is exceeded by the
+    /// one chunk in hand meanwhile. A stream that waited in vain spills at
+    /// once until its overflow is empty again. Keep it far below
+    /// `read_pause_timeout`.
+    pub spill_after: Duration,
 }
 
 impl Default for OverflowConfig {
@@ -179,6 +202,7 @@ impl Default for OverflowConfig {
             memory_per_stream: 1 << 20,
             max_per_stream: 1 << 30,
             max_total: 4 << 30,
+            spill_after: Duration::ZERO,
         }
     }
 }

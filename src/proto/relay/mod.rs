@@ -21,7 +21,7 @@ use crate::frame::{CloseCode, ControlFrame, Decoded, Message, RequestHead, Strea
 use bytes::Bytes;
 pub use config::{OverflowConfig, RelayConfig, RelayConfigBuilder, RelayEnd, RelayEvent};
 use std::collections::{BTreeSet, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Debug)]
 struct Stream {
@@ -52,6 +52,9 @@ struct Stream {
     backlog: usize,
     /// A `Refill` event is outstanding.
     refill_asked: bool,
+    /// The stream held reading paused for `spill_after` in vain: it spills
+    /// without waiting until it is back within its memory.
+    waited: bool,
 }
 
 impl Stream {
@@ -88,7 +91,10 @@ impl Stream {
 /// overflow store ([`poll_spill`](Self::poll_spill): append them to the
 /// stream's store in order) and come back through
 /// [`RelayEvent::Refill`] / [`refill`](Self::refill) as the caller reads, so
-/// reading the socket never waits for one caller. Without it, reading pauses,
+/// reading the socket never waits for one caller for long: at most
+/// [`OverflowConfig::spill_after`] (default zero) each time a stream
+/// outgrows its memory with nothing in the overflow, for its caller to
+/// catch up and spare the store a copy. Without it, reading pauses,
 /// but never for longer than `read_pause_timeout`. Either way a stream whose
 /// application reads nothing for `stall_timeout`, or that outgrows its
 /// overflow budget, is given up alone ([`RelayEnd::CallerStalled`],
@@ -115,6 +121,9 @@ pub struct RelayConnection {
     stalls: BTreeSet<(Instant, StreamKey)>,
     /// Since when reading has been paused.
     paused_since: Option<Instant>,
+    /// The stream past its memory bound that holds reading paused for its
+    /// caller to catch up (`OverflowConfig::spill_after`), and since when.
+    waiting_for: Option<(StreamKey, Instant)>,
 }
 
 default_machine!(RelayConnection, RelayConfig);
@@ -138,6 +147,7 @@ impl RelayConnection {
             spilled_total: 0,
             stalls: BTreeSet::new(),
             paused_since: None,
+            waiting_for: None,
         }
     }
 
@@ -146,10 +156,13 @@ impl RelayConnection {
     /// Whether the driver may read the next message from the socket: false
     /// while a response body holds `max_unread_chunks` unread chunks in
     /// memory (without an overflow store), or all hold `max_unread_bytes`
-    /// (chunks waiting for the overflow store included), and after the
-    /// connection closed. A pause never outlasts `read_pause_timeout`.
+    /// (chunks waiting for the overflow store included), while a stream
+    /// waits for its caller before it spills
+    /// ([`OverflowConfig::spill_after`]), and after the connection closed.
+    /// A pause never outlasts `read_pause_timeout`.
     pub fn wants_read(&self) -> bool {
         !self.core.closed
+            && self.waiting_for.is_none()
             && self.held.full == 0
             && self.held.bytes + self.spill_backlog < self.config.common.max_unread_bytes
     }
@@ -235,6 +248,7 @@ impl RelayConnection {
         if !self.keepalive_tick(now) {
             return;
         }
+        self.settle_wait();
         while let Some(&(since, key)) = self.stalls.first() {
             match since.checked_add(self.config.stall_timeout.0) {
                 Some(deadline) if deadline <= now => self.give_up(key, RelayEnd::CallerStalled),
@@ -310,6 +324,7 @@ impl RelayConnection {
                 stall_since: None,
                 backlog: 0,
                 refill_asked: false,
+                waited: false,
             },
         );
         self.core.out.push_head(key, Message::Text(text));
@@ -486,8 +501,8 @@ impl RelayConnection {
     }
 
     /// When `handle_timeout` wants to be called next (`None`: no timer):
-    /// the keepalive, the earliest stall deadline, the read-pause bound;
-    /// once closed, the close deadline.
+    /// the keepalive, the earliest stall deadline, the read-pause bound,
+    /// the end of a wait before a spill; once closed, the close deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.core.closed {
             return self.core.poll_timeout();
@@ -499,7 +514,10 @@ impl RelayConnection {
         let pause = self
             .paused_since
             .and_then(|p| p.checked_add(self.config.read_pause_timeout.0));
-        [self.core.poll_timeout(), stall, pause]
+        let wait = self.waiting_for.and_then(|(_, since)| {
+            since.checked_add(self.config.overflow.map_or(Duration::ZERO, |o| o.spill_after))
+        });
+        [self.core.poll_timeout(), stall, pause, wait]
             .into_iter()
             .flatten()
             .min()

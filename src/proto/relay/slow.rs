@@ -91,8 +91,35 @@ impl RelayConnection {
         }
     }
 
-    /// Keeps `paused_since` in step with `wants_read()`.
+    /// Ends the wait of a stream past its memory bound
+    /// (`OverflowConfig::spill_after`): once its caller has read it back
+    /// within its memory, or it has gone, or the connection closed; or, at
+    /// its deadline, in vain (the stream then spills without waiting).
+    pub(super) fn settle_wait(&mut self) {
+        let Some((key, since)) = self.waiting_for else {
+            return;
+        };
+        let ov = self.config.overflow.expect("a wait needs an overflow");
+        let closed = self.core.closed;
+        let now = self.core.now;
+        let Some(s) = self.streams.get_mut(&key) else {
+            self.waiting_for = None;
+            return;
+        };
+        let caught_up = s.body.bytes() <= ov.memory_per_stream;
+        let in_vain = now.is_some_and(|now| now.duration_since(since) >= ov.spill_after);
+        if closed || caught_up || !s.body.is_reading() {
+            self.waiting_for = None;
+        } else if in_vain {
+            s.waited = true;
+            self.waiting_for = None;
+        }
+    }
+
+    /// Keeps `paused_since` in step with `wants_read()`, after settling a
+    /// wait before a spill.
     pub(super) fn track_pause(&mut self) {
+        self.settle_wait();
         if self.core.closed || self.wants_read() {
             self.paused_since = None;
         } else if self.paused_since.is_none() {

@@ -146,7 +146,23 @@ impl RelayConnection {
                 || s.body.bytes() + n > ov.memory_per_stream
                 || self.held.bytes + n > self.config.common.max_unread_bytes
         });
-        if let Some(ov) = spill {
+        if spill.is_none() {
+            s.waited = false;
+        }
+        // Waiting holds the chunk in hand: only while that keeps within the
+        // connection's bounds, so that reading resumes when the wait ends.
+        let wait = spill.is_some_and(|ov| {
+            !ov.spill_after.is_zero()
+                && !s.waited
+                && s.body.spilled() == 0
+                && s.body.chunks() + 1 < self.config.common.max_unread_chunks
+                && self.held.bytes + self.spill_backlog + n < self.config.common.max_unread_bytes
+        });
+        if let (true, Some(now)) = (wait, self.core.now) {
+            // Past its memory with nothing in the overflow: hold this chunk
+            // and pause reading for a while, for the caller to catch up.
+            self.waiting_for = Some((key, now));
+        } else if let Some(ov) = spill {
             if s.body.spilled() + n as u64 > ov.max_per_stream
                 || self.spilled_total + n as u64 > ov.max_total
             {
@@ -157,13 +173,14 @@ impl RelayConnection {
             self.spill_backlog += n;
             self.spills.push_back((key, data));
             self.body_op(key, |b| b.spill(n));
-        } else {
-            let was_empty = s.body.chunks() == 0;
-            let held = self.body_op(key, |b| b.push(data));
-            self.core.note_buffered_in(self.held.bytes);
-            if held > 0 && was_empty {
-                self.events.push_back(RelayEvent::Readable { key });
-            }
+            self.note_waiting(key);
+            return;
+        }
+        let was_empty = s.body.chunks() == 0;
+        let held = self.body_op(key, |b| b.push(data));
+        self.core.note_buffered_in(self.held.bytes);
+        if held > 0 && was_empty {
+            self.events.push_back(RelayEvent::Readable { key });
         }
         self.note_waiting(key);
     }
