@@ -195,7 +195,7 @@ impl Relay {
             let text = std::fs::read_to_string(&relay.log).unwrap_or_default();
             let addr = text.lines().find_map(|l| {
                 let rest = l.strip_prefix("relay: listening on ")?;
-                rest.split(';').next()?.parse().ok()
+                rest.split([';', ' ']).next()?.parse().ok()
             });
             if let Some(addr) = addr {
                 relay.addr = addr;
@@ -298,7 +298,12 @@ async fn worker(
     alive: Arc<AtomicUsize>,
 ) -> Result<JoinHandle<()>, String> {
     let handshake = WorkerHandshake::new(Some(Token::new(token).map_err(|e| e.to_string())?));
-    let socket = ws::dial(&url, &handshake, IO_TIMEOUT)
+    // 5,000 dialled connections in one process: the relay's small read
+    // buffer, not a worker's 128 KiB each (640 MiB here).
+    let socket = ws::Dialer::new()
+        .timeout(IO_TIMEOUT)
+        .read_buffer(ws::READ_BUFFER)
+        .dial(&url, &handshake)
         .await
         .map_err(|v| format!("{v:?}"))?;
     alive.fetch_add(1, Ordering::SeqCst);

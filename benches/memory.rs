@@ -152,7 +152,7 @@ fn start(bin: &Path) -> Running {
     let relay = Proc(relay);
     let addr: SocketAddr = wait_for(&rx, "the relay to listen", |l| {
         let rest = l.strip_prefix("relay: listening on ")?;
-        Some(rest.split(';').next()?.to_owned())
+        Some(rest.split([';', ' ']).next()?.to_owned())
     })
     .parse()
     .unwrap();
