@@ -47,13 +47,7 @@ impl Relay {
         ov.memory_per_stream = memory_per_stream;
         ov.max_per_stream = max_per_stream;
         ov.max_total = max_total;
-        Relay::new(
-            RelayConfig::builder()
-                .overflow(Some(ov))
-                .keepalive(None)
-                .build()
-                .unwrap(),
-        )
+        Relay::with(ov)
     }
 
     /// An overflow of `memory_per_stream` in memory that waits up to
@@ -62,6 +56,10 @@ impl Relay {
         let mut ov = OverflowConfig::default();
         ov.memory_per_stream = memory_per_stream;
         ov.spill_after = spill_after;
+        Relay::with(ov)
+    }
+
+    fn with(ov: OverflowConfig) -> Relay {
         Relay::new(
             RelayConfig::builder()
                 .overflow(Some(ov))
