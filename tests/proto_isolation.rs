@@ -259,7 +259,7 @@ fn a_caller_that_does_not_catch_up_spills_after_the_wait_until_its_overflow_is_e
 }
 
 #[test]
-fn a_wait_ends_when_its_stream_goes_or_the_connection_closes() {
+fn a_wait_ends_when_its_stream_goes() {
     let mut t = Relay::with_wait(1000, WAIT);
     let (k, wid) = t.open();
     t.chunk(wid, &pattern(700));
@@ -269,15 +269,30 @@ fn a_wait_ends_when_its_stream_goes_or_the_connection_closes() {
     t.pump();
     assert!(t.r.wants_read(), "the caller went: reading resumes");
     assert!(t.aborted(wid));
+}
 
-    let (_, w2) = t.open();
-    t.chunk(w2, &pattern(700));
-    t.chunk(w2, &pattern(700));
+/// A caller that reads a little during each wait does not hold reading
+/// paused wait after wait: a wait ends early only once the caller has read
+/// all its stream holds.
+#[test]
+fn a_caller_that_reads_a_little_during_each_wait_still_spills() {
+    let mut t = Relay::with_wait(1000, WAIT);
+    let (k, wid) = t.open();
+    t.chunk(wid, &pattern(700));
+    t.chunk(wid, &pattern(700));
     assert!(!t.r.wants_read());
-    t.r.handle_lost();
+    match t.r.read_body(k) {
+        BodyRead::Data(d) => assert_eq!(d.len(), 700),
+        other => panic!("{other:?}"),
+    }
     t.pump();
-    assert!(t.r.is_closed());
-    assert!(!t.r.wants_read());
+    assert!(!t.r.wants_read(), "700 bytes still held: still waiting");
+    t.advance(WAIT);
+    assert!(t.r.wants_read());
+    t.chunk(wid, &pattern(700));
+    t.chunk(wid, &pattern(700));
+    assert!(t.r.wants_read(), "spills without waiting");
+    assert_eq!(t.r.spilled(k), 1400);
 }
 
 #[test]
@@ -575,7 +590,14 @@ mod overflow_props {
             let mut ov = OverflowConfig::default();
             ov.memory_per_stream = 2000;
             ov.spill_after = spill_after;
-            let mut r = RelayConnection::new(RelayConfig::builder().overflow(Some(ov)).keepalive(None).max_unread_bytes(1 << 20).build().unwrap());
+            let mut r = RelayConnection::new(
+                RelayConfig::builder()
+                    .overflow(Some(ov))
+                    .keepalive(None)
+                    .max_unread_bytes(1 << 20)
+                    .build()
+                    .unwrap(),
+            );
             let mut now = Instant::now();
             r.handle_timeout(now);
             let mut keys = Vec::new();
@@ -584,7 +606,15 @@ mod overflow_props {
                 let k = r.open_stream(get("/x")).unwrap();
                 r.finish(k).unwrap();
                 let w = r.stream_id(k).unwrap();
-                r.handle_message(ControlFrame::Response { id: w, head: ok_head() }.to_message(), now).unwrap();
+                r.handle_message(
+                    ControlFrame::Response {
+                        id: w,
+                        head: ok_head(),
+                    }
+                    .to_message(),
+                    now,
+                )
+                .unwrap();
                 keys.push(k);
                 wids.push(w);
             }
@@ -606,21 +636,35 @@ mod overflow_props {
             for op in ops {
                 match op {
                     Op::Chunk(s, n) if !ended[s] => {
-                        if !r.wants_read() { continue; }
-                        let data: Vec<u8> = (0..n).map(|_| { seq = seq.wrapping_add(1); seq }).collect();
+                        if !r.wants_read() {
+                            continue;
+                        }
+                        let data: Vec<u8> = (0..n)
+                            .map(|_| {
+                                seq = seq.wrapping_add(1);
+                                seq
+                            })
+                            .collect();
                         sent[s].extend_from_slice(&data);
-                        r.handle_message(Message::Binary(encode_chunk(wids[s], &data)), now).unwrap();
+                        r.handle_message(Message::Binary(encode_chunk(wids[s], &data)), now)
+                            .unwrap();
                     }
                     Op::End(s) if !ended[s] => {
-                        if !r.wants_read() { continue; }
+                        if !r.wants_read() {
+                            continue;
+                        }
                         ended[s] = true;
-                        r.handle_message(ControlFrame::End { id: wids[s] }.to_message(), now).unwrap();
+                        r.handle_message(ControlFrame::End { id: wids[s] }.to_message(), now)
+                            .unwrap();
                     }
                     Op::Read(s, n) if !done[s] => {
                         for _ in 0..n {
                             match r.read_body(keys[s]) {
                                 BodyRead::Data(d) => got[s].extend_from_slice(&d),
-                                BodyRead::End => { done[s] = true; break; }
+                                BodyRead::End => {
+                                    done[s] = true;
+                                    break;
+                                }
                                 BodyRead::Pending => break,
                                 BodyRead::Gone => prop_assert!(false, "stream {s} gone"),
                                 _ => unreachable!("a variant this test does not know"),
@@ -667,7 +711,8 @@ mod overflow_props {
             for s in 0..3 {
                 if !ended[s] {
                     ended[s] = true;
-                    r.handle_message(ControlFrame::End { id: wids[s] }.to_message(), now).unwrap();
+                    r.handle_message(ControlFrame::End { id: wids[s] }.to_message(), now)
+                        .unwrap();
                 }
             }
             for _ in 0..100_000 {
@@ -685,15 +730,23 @@ mod overflow_props {
                 for s in 0..3 {
                     while !done[s] {
                         match r.read_body(keys[s]) {
-                            BodyRead::Data(d) => { got[s].extend_from_slice(&d); progressed = true; }
-                            BodyRead::End => { done[s] = true; progressed = true; }
+                            BodyRead::Data(d) => {
+                                got[s].extend_from_slice(&d);
+                                progressed = true;
+                            }
+                            BodyRead::End => {
+                                done[s] = true;
+                                progressed = true;
+                            }
                             BodyRead::Pending => break,
                             BodyRead::Gone => prop_assert!(false, "stream {s} gone"),
                             _ => unreachable!("a variant this test does not know"),
                         }
                     }
                 }
-                if done.iter().all(|d| *d) { break; }
+                if done.iter().all(|d| *d) {
+                    break;
+                }
                 events(&mut r, &mut refills);
                 if !progressed && refills.is_empty() {
                     prop_assert!(false, "stuck: {:?}", r.stats());

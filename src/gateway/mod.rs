@@ -109,8 +109,8 @@ pub const CONNECT_PATH: &str = "/connect";
 /// How long a stream past its 256 KiB in memory waits for its caller
 /// before its response goes to the overflow store, by default
 /// ([`OverflowConfig::spill_after`]): long enough for a caller's task
-/// waiting for a thread, far too short for a slow caller to hold up the
-/// other streams.
+/// waiting for a thread; a caller must read 256 KiB per millisecond
+/// (256 MB/s) to hold the other streams to its pace.
 const SPILL_AFTER: Duration = Duration::from_millis(1);
 
 /// A relay's state, shared by its services. Cheap to clone.

@@ -123,6 +123,8 @@ impl RelayConfig {
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.common.validate()?;
+        positive("stall_timeout", self.stall_timeout.0)?;
+        positive("read_pause_timeout", self.read_pause_timeout.0)?;
         if let Some(ov) = &self.overflow {
             at_least_one("overflow.memory_per_stream", ov.memory_per_stream as u64)?;
             at_least_one("overflow.max_per_stream", ov.max_per_stream)?;
@@ -134,8 +136,7 @@ impl RelayConfig {
                 ));
             }
         }
-        positive("stall_timeout", self.stall_timeout.0)?;
-        positive("read_pause_timeout", self.read_pause_timeout.0)
+        Ok(())
     }
 }
 
@@ -178,21 +179,28 @@ pub struct OverflowConfig {
     /// would cross it is given up. Default 4 GiB.
     pub max_total: u64,
     /// How long a stream past its memory bound, with nothing in the
-    /// overflow yet, may hold reading paused for its caller to catch up
-    /// before its chunks go to the overflow. Default zero: they go at once.
+    /// overflow yet, may hold reading paused for its caller to read all it
+    /// holds before its chunks go to the overflow. Default zero: they go at
+    /// once.
     ///
     /// A caller that reads as fast as the worker sends, but not at the
     /// very instant a chunk arrives (its task is waiting for a thread), is
     /// then not sent through the overflow store, whose file costs two more
-    /// copies of every byte: a 1 GiB download through the crate's
-    /// [`Gateway`](crate::gateway::Gateway) took 1.64 s with its overflow
-    /// at once and 1.3 s with a wait of 1 ms (BENCHMARKS.md, issue 28).
+    /// copies of every byte: over 8 s of 1 GiB downloads through the
+    /// crate's [`Gateway`](crate::gateway::Gateway), 1,601–2,224 temporary
+    /// files were opened with the overflow at once, none with a wait of
+    /// 1 ms (BENCHMARKS.md, issue 28).
+    ///
     /// The price is the other streams': while one stream waits, reading
-    /// pauses, for at most this long each time the stream outgrows its
-    /// memory with an empty overflow; the memory bound is exceeded by the
-    /// one chunk in hand meanwhile. A stream that waited in vain spills at
-    /// once until its overflow is empty again. Keep it far below
-    /// `read_pause_timeout`.
+    /// pauses, for at most this long each time. Only a caller that reads
+    /// at least `memory_per_stream` per `spill_after` (256 MB/s in a
+    /// `Gateway`) can keep reading paused wait after wait; the others then
+    /// share the connection at that pace. A stream that waited in vain
+    /// spills without waiting until a chunk fits in its memory again. The
+    /// chunk in hand during a wait is held in memory past the bound (one
+    /// chunk per stream that waited, until its caller reads it), and only
+    /// while that keeps within `max_unread_chunks` and `max_unread_bytes`.
+    /// Shorter than `read_pause_timeout`.
     pub spill_after: Duration,
 }
 

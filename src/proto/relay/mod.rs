@@ -94,7 +94,7 @@ impl Stream {
 /// reading the socket never waits for one caller for long: at most
 /// [`OverflowConfig::spill_after`] (default zero) each time a stream
 /// outgrows its memory with nothing in the overflow, for its caller to
-/// catch up and spare the store a copy. Without it, reading pauses,
+/// read what it holds and spare the store a copy. Without it, reading pauses,
 /// but never for longer than `read_pause_timeout`. Either way a stream whose
 /// application reads nothing for `stall_timeout`, or that outgrows its
 /// overflow budget, is given up alone ([`RelayEnd::CallerStalled`],
@@ -515,7 +515,11 @@ impl RelayConnection {
             .paused_since
             .and_then(|p| p.checked_add(self.config.read_pause_timeout.0));
         let wait = self.waiting_for.and_then(|(_, since)| {
-            since.checked_add(self.config.overflow.map_or(Duration::ZERO, |o| o.spill_after))
+            since.checked_add(
+                self.config
+                    .overflow
+                    .map_or(Duration::ZERO, |o| o.spill_after),
+            )
         });
         [self.core.poll_timeout(), stall, pause, wait]
             .into_iter()

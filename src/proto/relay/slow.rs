@@ -92,9 +92,9 @@ impl RelayConnection {
     }
 
     /// Ends the wait of a stream past its memory bound
-    /// (`OverflowConfig::spill_after`): once its caller has read it back
-    /// within its memory, or it has gone, or the connection closed; or, at
-    /// its deadline, in vain (the stream then spills without waiting).
+    /// (`OverflowConfig::spill_after`): once its caller has read all it
+    /// held, or it has gone, or the connection closed; or, at its deadline,
+    /// in vain (the stream then spills without waiting).
     pub(super) fn settle_wait(&mut self) {
         let Some((key, since)) = self.waiting_for else {
             return;
@@ -106,7 +106,10 @@ impl RelayConnection {
             self.waiting_for = None;
             return;
         };
-        let caught_up = s.body.bytes() <= ov.memory_per_stream;
+        // Caught up: the caller has read everything held for it. So only a
+        // caller that reads at least `memory_per_stream` per `spill_after`
+        // can keep reading paused.
+        let caught_up = s.body.bytes() == 0;
         let in_vain = now.is_some_and(|now| now.duration_since(since) >= ov.spill_after);
         if closed || caught_up || !s.body.is_reading() {
             self.waiting_for = None;
