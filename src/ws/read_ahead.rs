@@ -291,50 +291,35 @@ mod tests {
         assert_eq!(r.held(), 0);
     }
 
+    /// One read into `piece` (the script never pauses here).
+    async fn read_once(r: &mut ReadAhead<Script>, piece: &mut [u8]) -> usize {
+        poll_fn(|cx| {
+            let mut rb = ReadBuf::new(piece);
+            Pin::new(&mut *r)
+                .poll_read(cx, &mut rb)
+                .map_ok(|()| rb.filled().len())
+        })
+        .await
+        .unwrap()
+    }
+
     #[tokio::test]
     async fn a_zero_length_read_while_busy_reads_nothing_and_keeps_no_buffer() {
         let a = pattern(100_000, 6);
         let mut r = script(vec![Step::Data(a.clone())]);
         let mut piece = vec![0u8; 4096];
         let mut got = Vec::new();
-        for _ in 0..3 {
-            let n = poll_fn(|cx| {
-                let mut rb = ReadBuf::new(&mut piece);
-                Pin::new(&mut r)
-                    .poll_read(cx, &mut rb)
-                    .map_ok(|()| rb.filled().len())
-            })
-            .await
-            .unwrap();
+        // Busy after a full read; then hand out all that was read ahead.
+        loop {
+            let n = read_once(&mut r, &mut piece).await;
             got.extend_from_slice(&piece[..n]);
-        }
-        assert!(r.held() > 0, "busy after full reads");
-        // What was read ahead is handed out first, then the empty read.
-        let (rest, _, eof) = {
-            let mut empty = [0u8; 0];
-            while r.pos < r.len {
-                let n = poll_fn(|cx| {
-                    let mut rb = ReadBuf::new(&mut piece);
-                    Pin::new(&mut r)
-                        .poll_read(cx, &mut rb)
-                        .map_ok(|()| rb.filled().len())
-                })
-                .await
-                .unwrap();
-                got.extend_from_slice(&piece[..n]);
+            if r.held() > 0 && r.pos == r.len {
+                break;
             }
-            let n = poll_fn(|cx| {
-                let mut rb = ReadBuf::new(&mut empty);
-                Pin::new(&mut r)
-                    .poll_read(cx, &mut rb)
-                    .map_ok(|()| rb.filled().len())
-            })
-            .await
-            .unwrap();
-            assert_eq!(n, 0);
-            assert_eq!(r.held(), 0, "no buffer kept across a straight read");
-            read_all(&mut r, 4096).await
-        };
+        }
+        assert_eq!(read_once(&mut r, &mut []).await, 0);
+        assert_eq!(r.held(), 0, "no buffer kept across a straight read");
+        let (rest, _, eof) = read_all(&mut r, 4096).await;
         got.extend(rest);
         assert!(eof);
         assert_eq!(got, a);
