@@ -1,6 +1,7 @@
 //! The socket loop both drivers share: transmit, receive (only while the
 //! machine wants to read), and the machine's timer.
 
+use super::side::{lock, Side};
 use super::timer::{Sleep, Timer};
 use crate::frame::{CloseCode, CloseFrame, Message};
 use crate::proto::{
@@ -11,7 +12,7 @@ use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -143,6 +144,9 @@ pub(crate) struct Io<S> {
     sleep: Option<(Instant, Sleep)>,
     /// A message taken from the machine that the socket has not accepted yet.
     pending: Option<Message>,
+    /// A message read from the socket that the machine, paused, handed
+    /// back: fed again before anything more is read.
+    held: Option<Message>,
     flushed: bool,
     eof: bool,
     started: bool,
@@ -174,6 +178,7 @@ impl<S> Io<S> {
             timer,
             sleep: None,
             pending: None,
+            held: None,
             flushed: true,
             eof: false,
             started: false,
@@ -187,44 +192,55 @@ where
 {
     /// One pass over the socket and the timer. Bounded: it reads at most
     /// [`READS_PER_PASS`] messages, so a peer that floods cannot keep the
-    /// driver (and the lock the handles share with it) to itself.
-    pub fn poll_io<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> Pass<E> {
+    /// driver to itself.
+    ///
+    /// The side's lock is taken for each step on the machine and never
+    /// held across a step on the socket: a handle on another thread (a
+    /// caller opening a request, a body read) never waits for a `sendto`
+    /// or a `recvfrom`.
+    pub fn poll_io<Sh: Side>(&mut self, shared: &Mutex<Sh>, cx: &mut Context<'_>) -> Pass<E> {
         let now = self.timer.now();
-        if !self.started {
-            // Arms the machine's timers (the keepalive).
-            self.started = true;
-            m.handle_timeout(now);
-        } else {
-            // What the machine sends now, it sends at this time.
-            m.advance_time(now);
+        {
+            let mut sh = lock(shared);
+            let m = sh.conn();
+            if !self.started {
+                // Arms the machine's timers (the keepalive).
+                self.started = true;
+                m.handle_timeout(now);
+            } else {
+                // What the machine sends now, it sends at this time.
+                m.advance_time(now);
+            }
         }
-        let mut progress = match self.transmit(m, cx) {
+        let mut progress = match self.transmit(shared, cx) {
             Ok(moved) => moved,
             Err(done) => return done,
         };
-        if let Some(done) = self.abandon(m) {
-            return done;
-        }
+        let closed = {
+            let mut sh = lock(shared);
+            if let Some(done) = self.abandon(sh.conn()) {
+                return done;
+            }
+            sh.conn().is_closed()
+        };
         // Closed: once everything (the close message last) is flushed,
         // close the socket; the close deadline bounds both.
-        if m.is_closed()
-            && self.pending.is_none()
-            && Pin::new(&mut self.socket).poll_close(cx).is_ready()
+        if closed && self.pending.is_none() && Pin::new(&mut self.socket).poll_close(cx).is_ready()
         {
-            return Pass::Done(outcome(m.close_cause()));
+            return Pass::Done(outcome(lock(shared).conn().close_cause()));
         }
-        if m.is_closed() {
-            progress |= self.tick(m, cx);
-            if let Some(done) = self.abandon(m) {
+        if closed {
+            progress |= self.tick(shared, cx);
+            if let Some(done) = self.abandon(lock(shared).conn()) {
                 return done;
             }
             return if progress { Pass::Progress } else { Pass::Idle };
         }
-        progress |= match self.receive(m, cx) {
+        progress |= match self.receive(shared, cx) {
             Ok(moved) => moved,
             Err(done) => return done,
         };
-        progress |= self.tick(m, cx);
+        progress |= self.tick(shared, cx);
         if progress {
             Pass::Progress
         } else {
@@ -245,30 +261,35 @@ where
             return None;
         };
         self.pending = None;
+        self.held = None;
         Some(Pass::Done(Err(err)))
     }
 
     /// Hands the machine's messages to the socket while it accepts them,
     /// then flushes. `Ok(true)` if anything was sent.
-    fn transmit<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> Result<bool, Pass<E>> {
+    fn transmit<Sh: Side>(
+        &mut self,
+        shared: &Mutex<Sh>,
+        cx: &mut Context<'_>,
+    ) -> Result<bool, Pass<E>> {
         let mut progress = false;
         loop {
             if self.pending.is_none() {
-                self.pending = m.poll_transmit();
+                self.pending = lock(shared).conn().poll_transmit();
             }
             let Some(msg) = self.pending.take() else {
                 break;
             };
             match Pin::new(&mut self.socket).poll_ready(cx) {
                 Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Err(self.fail(m, e)),
+                Poll::Ready(Err(e)) => return Err(self.fail(shared, e)),
                 Poll::Pending => {
                     self.pending = Some(msg);
                     break;
                 }
             }
             if let Err(e) = Pin::new(&mut self.socket).start_send(msg) {
-                return Err(self.fail(m, e));
+                return Err(self.fail(shared, e));
             }
             self.flushed = false;
             progress = true;
@@ -276,7 +297,7 @@ where
         if !self.flushed {
             match Pin::new(&mut self.socket).poll_flush(cx) {
                 Poll::Ready(Ok(())) => self.flushed = true,
-                Poll::Ready(Err(e)) => return Err(self.fail(m, e)),
+                Poll::Ready(Err(e)) => return Err(self.fail(shared, e)),
                 Poll::Pending => {}
             }
         }
@@ -285,23 +306,38 @@ where
 
     /// Reads messages into the machine while it wants them, at most
     /// [`READS_PER_PASS`]. `Ok(true)` if anything was read.
-    fn receive<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> Result<bool, Pass<E>> {
+    ///
+    /// The socket is read without the lock, so the machine may have
+    /// paused between its `wants_read()` and the message: it then hands
+    /// the message back, and the driver holds it (one message, at most
+    /// 1 MiB + 4 bytes) until the machine wants to read again.
+    fn receive<Sh: Side>(
+        &mut self,
+        shared: &Mutex<Sh>,
+        cx: &mut Context<'_>,
+    ) -> Result<bool, Pass<E>> {
         let mut progress = false;
+        let mut wants = {
+            let mut sh = lock(shared);
+            if let Some(msg) = self.held.take() {
+                progress |= self.feed(sh.conn(), msg);
+            }
+            sh.conn().wants_read()
+        };
         for _ in 0..READS_PER_PASS {
-            if self.eof || !m.wants_read() {
+            if self.eof || !wants {
                 break;
             }
             match Pin::new(&mut self.socket).poll_next(cx) {
                 Poll::Ready(Some(Ok(msg))) => {
-                    let now = self.timer.now();
-                    // wants_read() was checked just above, so this cannot pause.
-                    let _ = m.handle_message(msg, now);
-                    progress = true;
+                    let mut sh = lock(shared);
+                    progress |= self.feed(sh.conn(), msg);
+                    wants = sh.conn().wants_read();
                 }
-                Poll::Ready(Some(Err(e))) => return Err(self.fail(m, e)),
+                Poll::Ready(Some(Err(e))) => return Err(self.fail(shared, e)),
                 Poll::Ready(None) => {
                     self.eof = true;
-                    m.handle_lost();
+                    lock(shared).conn().handle_lost();
                     progress = true;
                 }
                 Poll::Pending => break,
@@ -310,24 +346,42 @@ where
         Ok(progress)
     }
 
+    /// Feeds one message to the machine, or holds it if the machine has
+    /// paused reading since it last said it wanted to read. True if the
+    /// machine took it.
+    fn feed<M: Machine>(&mut self, m: &mut M, msg: Message) -> bool {
+        if !m.wants_read() {
+            self.held = Some(msg);
+            return false;
+        }
+        match m.handle_message(msg, self.timer.now()) {
+            Ok(()) => true,
+            Err(HandleError::ReadPaused(msg)) => {
+                self.held = Some(msg);
+                false
+            }
+        }
+    }
+
     /// Follows the machine's deadline with the sleep; true if it fired.
-    fn tick<M: Machine>(&mut self, m: &mut M, cx: &mut Context<'_>) -> bool {
-        let deadline = m.poll_timeout();
+    fn tick<Sh: Side>(&mut self, shared: &Mutex<Sh>, cx: &mut Context<'_>) -> bool {
+        let deadline = lock(shared).conn().poll_timeout();
         if self.sleep.as_ref().map(|(d, _)| *d) != deadline {
             self.sleep = deadline.map(|d| (d, self.timer.sleep_until(d)));
         }
         if let Some((_, sleep)) = self.sleep.as_mut() {
             if sleep.as_mut().poll(cx).is_ready() {
                 self.sleep = None;
-                m.handle_timeout(self.timer.now());
+                let now = self.timer.now();
+                lock(shared).conn().handle_timeout(now);
                 return true;
             }
         }
         false
     }
 
-    fn fail<M: Machine>(&mut self, m: &mut M, e: E) -> Pass<E> {
-        m.handle_lost();
+    fn fail<Sh: Side>(&mut self, shared: &Mutex<Sh>, e: E) -> Pass<E> {
+        lock(shared).conn().handle_lost();
         Pass::Done(Err(DriverError::Socket(e)))
     }
 }

@@ -220,10 +220,10 @@ where
     Sh: Side,
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
 {
-    let mut sh = lock(shared);
-    *sh.driver_waker() = Some(cx.waker().clone());
+    *lock(shared).driver_waker() = Some(cx.waker().clone());
     for _ in 0..PASSES_PER_POLL {
-        let pass = io.poll_io(sh.conn(), cx);
+        let pass = io.poll_io(shared, cx);
+        let mut sh = lock(shared);
         sh.dispatch();
         match pass {
             Pass::Progress => continue,
