@@ -164,3 +164,45 @@ fn one_file_store_bounds_every_connection_it_serves() {
     drop(pool);
     assert_eq!(store.held(), 0);
 }
+
+/// A spilled response is read back in its reader's task: the reader does
+/// not wait for the driver to run for each `memory_per_stream` it reads
+/// from the store (a round trip per 64 KiB here, through another thread
+/// on a multi-thread runtime).
+#[test]
+fn a_spilled_response_is_read_back_without_the_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(TempFileOverflow::new(dir.path(), 64 * MIB as u64));
+    let mut pool = LocalPool::new();
+    let h = connection(&pool, overflow(64 << 10), Some(store.clone()));
+    let big = pool.run_until(get(&h, "/big", "4")).unwrap();
+    // The worker sends it all; the caller reads nothing yet.
+    pool.run_until_stalled();
+    assert!(store.held() >= 3 * MIB as u64, "spilled: {}", store.held());
+    // Neither driver runs from here on: the body is polled by hand.
+    let mut body = big.body;
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut got = Vec::new();
+    let mut pendings = 0;
+    loop {
+        match body.poll_next_unpin(&mut cx) {
+            std::task::Poll::Ready(Some(piece)) => got.extend_from_slice(&piece.unwrap()),
+            std::task::Poll::Ready(None) => break,
+            std::task::Poll::Pending => {
+                pendings += 1;
+                assert!(
+                    pendings <= 4,
+                    "the reader waits for the driver after {} of {} bytes",
+                    got.len(),
+                    4 * MIB
+                );
+            }
+        }
+    }
+    assert_eq!(got.len(), 4 * MIB);
+    assert!(got.chunks(MIB).all(|c| c == pattern(MIB)), "bytes differ");
+    drop(body);
+    pool.run_until_stalled();
+    assert_eq!(store.held(), 0);
+}

@@ -187,6 +187,13 @@ impl Side for Shared {
         }
     }
 
+    fn serve_reads(&mut self) {
+        // Refills are the overflow store's reads; doing them here saves
+        // the reader a round trip through the driver for each
+        // `memory_per_stream` of a spilled stream.
+        self.dispatch();
+    }
+
     fn read_end(&mut self, key: StreamKey) {
         self.slots.remove(&key);
     }

@@ -74,6 +74,10 @@ pub(crate) trait Side {
     fn read_gone(&mut self, key: StreamKey) -> BodyError;
     /// A body was read to its end.
     fn read_end(&mut self, _key: StreamKey) {}
+    /// Serves, in the reader's task, what the machine asked of the side
+    /// for a body read (the relay's overflow refills), rather than waking
+    /// the driver for it and waiting.
+    fn serve_reads(&mut self) {}
     /// The last handle on the stream went away.
     fn release(&mut self, key: StreamKey);
 
@@ -134,6 +138,8 @@ pub(crate) fn poll_body<Sh: Side>(
     let mut sh = lock(&guard.shared);
     let key = guard.key;
     sh.stamp();
+    // A refill the last read asked for: read it from the store now.
+    sh.serve_reads();
     match sh.conn().read_body(key) {
         BodyRead::Data(d) => {
             // Reading may have un-paused the socket.
@@ -149,6 +155,9 @@ pub(crate) fn poll_body<Sh: Side>(
             if let Some(w) = sh.wakers(key) {
                 w.read = Some(cx.waker().clone());
             }
+            // This read may have asked for a refill: served now, it wakes
+            // the reader at once.
+            sh.serve_reads();
             Poll::Pending
         }
         _ => {
