@@ -51,6 +51,10 @@ struct Probes {
     seen: Vec<(Call, bool)>,
     /// Close the connection from the other thread at the next message read.
     close_at_next_read: bool,
+    /// Close it from the other thread at the next flush.
+    close_at_next_flush: bool,
+    /// What the driver handed the socket, in order.
+    sent: Vec<Message>,
 }
 
 /// The relay's end of an in-memory socket that probes the lock.
@@ -93,12 +97,18 @@ impl Sink<Message> for Probing {
         Pin::new(&mut self.inner).poll_ready(cx)
     }
     fn start_send(mut self: Pin<&mut Self>, item: Message) -> Result<(), Self::Error> {
+        self.probes.lock().unwrap().sent.push(item.clone());
         Pin::new(&mut self.inner).start_send(item)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.probe(Call::Flush, |h| {
-            h.stats();
-        });
+        let close = std::mem::take(&mut self.probes.lock().unwrap().close_at_next_flush);
+        if close {
+            self.probe(Call::Flush, |h| h.close(CloseCode::NORMAL, "bye"));
+        } else {
+            self.probe(Call::Flush, |h| {
+                h.stats();
+            });
+        }
         Pin::new(&mut self.inner).poll_flush(cx)
     }
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -118,15 +128,12 @@ async fn answer_ok(mut incoming: rt::Incoming) {
     }
 }
 
+/// How a driver ended, when it has.
+type Outcome = futures::channel::oneshot::Receiver<Result<Closed, String>>;
+
 /// A relay driver over a probing socket, a worker driver answering `ok`;
-/// returns the handle, the probes and the relay driver's outcome.
-fn setup(
-    pool: &LocalPool,
-) -> (
-    RelayHandle,
-    Arc<Mutex<Probes>>,
-    futures::channel::oneshot::Receiver<Result<Closed, String>>,
-) {
+/// returns the handle, the probes and the two drivers' outcomes.
+fn setup(pool: &LocalPool) -> (RelayHandle, Arc<Mutex<Probes>>, Outcome, Outcome) {
     let (relay_sock, worker_sock) = socket_pair();
     let probes = Arc::new(Mutex::new(Probes::default()));
     let socket = Probing {
@@ -143,12 +150,14 @@ fn setup(
         let _ = done_tx.send(r);
     })
     .unwrap();
+    let (worker_tx, worker_rx) = futures::channel::oneshot::channel();
     sp.spawn_local(async move {
-        let _ = worker_driver.await;
+        let r = worker_driver.await.map_err(|e| e.to_string());
+        let _ = worker_tx.send(r);
     })
     .unwrap();
     sp.spawn_local(answer_ok(incoming)).unwrap();
-    (handle, probes, done_rx)
+    (handle, probes, done_rx, worker_rx)
 }
 
 async fn get_ok(handle: &RelayHandle) {
@@ -166,7 +175,7 @@ async fn get_ok(handle: &RelayHandle) {
 #[test]
 fn handles_take_the_lock_while_the_driver_is_on_the_socket() {
     let mut pool = LocalPool::new();
-    let (handle, probes, _done) = setup(&pool);
+    let (handle, probes, _done, _worker) = setup(&pool);
     pool.run_until(async {
         for _ in 0..3 {
             get_ok(&handle).await;
@@ -188,7 +197,7 @@ fn handles_take_the_lock_while_the_driver_is_on_the_socket() {
 #[test]
 fn a_close_while_a_message_is_read_ends_the_driver_in_good_order() {
     let mut pool = LocalPool::new();
-    let (handle, probes, done) = setup(&pool);
+    let (handle, probes, done, _worker) = setup(&pool);
     pool.run_until(async {
         get_ok(&handle).await;
         // The close lands between the driver's `wants_read()` and the
@@ -207,5 +216,32 @@ fn a_close_while_a_message_is_read_ends_the_driver_in_good_order() {
         probes.seen.iter().all(|(_, ok)| *ok),
         "the lock was held in {:?}",
         probes.seen
+    );
+}
+
+#[test]
+fn a_close_while_the_driver_flushes_still_sends_the_close_message() {
+    let mut pool = LocalPool::new();
+    let (handle, probes, done, worker) = setup(&pool);
+    pool.run_until(get_ok(&handle));
+    // The close lands after the driver found nothing more to send and
+    // while it flushes: the close message must still go out before the
+    // socket is closed.
+    probes.lock().unwrap().close_at_next_flush = true;
+    let head = RequestHead::new("GET", "/", "", Headers::new()).unwrap();
+    let _answer = handle.send_empty(head).unwrap();
+    let outcome = pool.run_until(done).unwrap();
+    assert_eq!(outcome, Ok(Closed::Locally(CloseCode::NORMAL)));
+    let probes_now = probes.lock().unwrap();
+    assert!(
+        matches!(probes_now.sent.last(), Some(Message::Close(Some(_)))),
+        "the last message sent is not the close: {:?}",
+        probes_now.sent.last()
+    );
+    drop(probes_now);
+    let worker = pool.run_until(worker).unwrap();
+    assert!(
+        matches!(&worker, Ok(Closed::ByPeer(Some(c))) if c.code == CloseCode::NORMAL),
+        "the worker saw {worker:?}"
     );
 }

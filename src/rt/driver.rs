@@ -221,7 +221,16 @@ where
             if let Some(done) = self.abandon(sh.conn()) {
                 return done;
             }
-            sh.conn().is_closed()
+            let closed = sh.conn().is_closed();
+            // A handle may have closed the machine since `transmit` last
+            // found nothing to send: what it queued (the close message
+            // last) goes out before the socket is closed. Once closed, the
+            // machine queues nothing more, so `None` here is final.
+            if closed && self.pending.is_none() {
+                self.pending = sh.conn().poll_transmit();
+                progress |= self.pending.is_some();
+            }
+            closed
         };
         // Closed: once everything (the close message last) is flushed,
         // close the socket; the close deadline bounds both.
