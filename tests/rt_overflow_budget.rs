@@ -30,6 +30,16 @@ fn spawn_app(pool: &LocalPool, mut incoming: rt::Incoming) {
             sp2.spawn_local(async move {
                 let head = ResponseHead::new(200, Headers::new()).unwrap();
                 let mut sink = req.responder.respond(head).unwrap();
+                if req.head.path() == "/open" {
+                    // n MiB, then the stream stays open: no `end`.
+                    let n: usize = req.head.query().parse().unwrap();
+                    for _ in 0..n {
+                        if sink.send(Bytes::from(pattern(MIB))).await.is_err() {
+                            return;
+                        }
+                    }
+                    futures::future::pending::<()>().await;
+                }
                 if req.head.path() == "/big" {
                     let n: usize = req.head.query().parse().unwrap();
                     for _ in 0..n {
@@ -205,4 +215,88 @@ fn a_spilled_response_is_read_back_without_the_driver() {
     drop(body);
     pool.run_until_stalled();
     assert_eq!(store.held(), 0);
+}
+
+/// A store in memory whose reads fail once `failing` is set (a disk gone
+/// bad).
+struct FailingReads {
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct FailRead {
+    queue: std::collections::VecDeque<Bytes>,
+    failing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Overflow for FailingReads {
+    fn create(&self) -> std::io::Result<Box<dyn worker_relay::rt::OverflowFile>> {
+        Ok(Box::new(FailRead {
+            queue: Default::default(),
+            failing: self.failing.clone(),
+        }))
+    }
+}
+
+impl worker_relay::rt::OverflowFile for FailRead {
+    fn append(&mut self, data: Bytes) -> std::io::Result<()> {
+        self.queue.push_back(data);
+        Ok(())
+    }
+    fn read(&mut self, max: usize) -> std::io::Result<Bytes> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::other("the disk went bad"));
+        }
+        let Some(mut front) = self.queue.pop_front() else {
+            return Ok(Bytes::new());
+        };
+        if front.len() > max {
+            let rest = front.split_off(max);
+            self.queue.push_front(rest);
+        }
+        Ok(front)
+    }
+}
+
+/// A refill that fails gives the stream up, and its `abort` goes to the
+/// worker at once: the driver that served the refill, or the reader's task
+/// that did, wakes the driver for it.
+#[test]
+fn a_failed_refill_sends_the_abort_at_once() {
+    let mut pool = LocalPool::new();
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let store = Arc::new(FailingReads {
+        failing: failing.clone(),
+    });
+    let h = connection(&pool, overflow(64 << 10), Some(store));
+    let open = pool.run_until(get(&h, "/open", "2")).unwrap();
+    pool.run_until_stalled();
+    assert_eq!(h.stats().streams_open, 1);
+    let sent_before = h.stats().bytes_out;
+    // From here the store's reads fail.
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut body = open.body;
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut read = 0;
+    // Each read is followed by the drivers' turn: the refill a read asks
+    // for is served (and fails) in the driver, which then has nothing to
+    // read or send but the abort.
+    while h.stats().streams_open == 1 {
+        match body.poll_next_unpin(&mut cx) {
+            std::task::Poll::Ready(Some(Ok(piece))) => read += piece.len(),
+            other => panic!("after {read} bytes: {other:?}"),
+        }
+        pool.run_until_stalled();
+        assert!(read < 2 * MIB, "read {read}");
+    }
+    assert!(
+        h.stats().bytes_out > sent_before,
+        "the abort was not sent (bytes out {} before, {} after)",
+        sent_before,
+        h.stats().bytes_out
+    );
+    assert!(matches!(
+        body.poll_next_unpin(&mut cx),
+        std::task::Poll::Ready(Some(Err(BodyError::Overflow)))
+    ));
 }

@@ -133,6 +133,12 @@ impl Shared {
     /// The overflow store failed: the stream cannot be delivered in order.
     fn store_failed(&mut self, key: StreamKey) {
         self.conn.abort(key);
+        // The abort goes out from the driver: wake it, whoever served this
+        // refill (a reader's task; or the driver's own dispatch, after
+        // which an idle pass would leave the abort queued).
+        if let Some(w) = self.driver.take() {
+            w.wake();
+        }
         if let Some(slot) = self.slots.get_mut(&key) {
             slot.store_failed = true;
             slot.store = None;
