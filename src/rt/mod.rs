@@ -27,6 +27,16 @@
 //! is read ([`Timer::now`]), so the deadlines a command restarts count from
 //! when it was issued.
 //!
+//! Handles and driver share the machine behind one lock, which the driver
+//! takes for each step on the machine and never across a call on the
+//! socket: a handle on another thread of a multi-thread runtime (a caller
+//! opening a request, a body read) never waits for the driver's `sendto` or
+//! `recvfrom`. When a spilled stream's memory runs empty, its next body read
+//! takes the next piece back from the [`Overflow`] store itself, in the
+//! reader's task, without waiting for the driver to run (it may then also
+//! append other streams' spilled chunks to their stores, as the driver
+//! would have).
+//!
 //! # Sending a request with a body
 //!
 //! Write the body **while** awaiting the response: a worker may answer
