@@ -405,3 +405,6 @@ fn outcome<E>(cause: Option<&CloseCause>) -> Result<Closed, DriverError<E>> {
         Some(CloseCause::Lost) | None => Ok(Closed::Eof),
     }
 }
+
+#[cfg(test)]
+mod tests;
