@@ -64,7 +64,16 @@ struct Probing {
 }
 
 impl Probing {
-    fn probe(&self, call: Call, f: fn(&RelayHandle)) {
+    /// From inside a socket call: another thread closes the connection
+    /// (`close`) or reads its stats, and the call waits for it.
+    fn probe(&self, call: Call, close: bool) {
+        let f: fn(&RelayHandle) = if close {
+            |h| h.close(CloseCode::NORMAL, "bye")
+        } else {
+            |h| {
+                h.stats();
+            }
+        };
         let handle = self.probes.lock().unwrap().handle.clone();
         if let Some(h) = handle {
             let ok = on_other_thread(&h, f);
@@ -79,13 +88,7 @@ impl Stream for Probing {
         let polled = Pin::new(&mut self.inner).poll_next(cx);
         if let Poll::Ready(Some(Ok(_))) = &polled {
             let close = std::mem::take(&mut self.probes.lock().unwrap().close_at_next_read);
-            if close {
-                self.probe(Call::Next, |h| h.close(CloseCode::NORMAL, "bye"));
-            } else {
-                self.probe(Call::Next, |h| {
-                    h.stats();
-                });
-            }
+            self.probe(Call::Next, close);
         }
         polled
     }
@@ -102,13 +105,7 @@ impl Sink<Message> for Probing {
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         let close = std::mem::take(&mut self.probes.lock().unwrap().close_at_next_flush);
-        if close {
-            self.probe(Call::Flush, |h| h.close(CloseCode::NORMAL, "bye"));
-        } else {
-            self.probe(Call::Flush, |h| {
-                h.stats();
-            });
-        }
+        self.probe(Call::Flush, close);
         Pin::new(&mut self.inner).poll_flush(cx)
     }
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
