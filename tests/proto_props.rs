@@ -355,6 +355,11 @@ struct Run {
     /// The wire rules of the worker's messages, and its responses on the
     /// wire not yet ended (tagged with their streams; `None`: a 503).
     worker_wire: WireCheck<Option<usize>>,
+    /// Ids of the worker's 503s the relay aborted before the worker's `end`
+    /// was seen: once the worker reads that `abort` it sends nothing more
+    /// for the id (spec: "it sends nothing more for the stream"), so its
+    /// `end` may never come.
+    aborted_refusals: HashSet<StreamId>,
     lost: bool,
     opened: usize,
     t: u32,
@@ -437,6 +442,7 @@ impl Run {
             tainted: HashSet::new(),
             next_id: first_id,
             worker_wire: WireCheck::new(Side::Worker, c.worker_sizes.chunk),
+            aborted_refusals: HashSet::new(),
             lost: false,
             opened: 0,
             t: 0,
@@ -932,6 +938,9 @@ impl Run {
             Seen::Abort { id, tag } => {
                 let i = tag.unwrap_or_else(|| panic!("relay abort for id {id} not in flight"));
                 assert!(self.rs[i].aborted, "stream {i}: relay aborted on its own");
+                if self.worker_wire.tag(id) == Some(&None) {
+                    self.aborted_refusals.insert(id);
+                }
             }
             other => panic!("relay emitted {other:?}"),
         }
@@ -967,6 +976,13 @@ impl Run {
         if trace() {
             eprintln!("worker> {}", show(&m));
         }
+        if let Some(Ok(Decoded::Control(ControlFrame::Response { id, .. }))) = decode(&m) {
+            // A new response under an id whose aborted 503 never ended: the
+            // worker read that `abort` (it came before this request).
+            if self.aborted_refusals.remove(&id) {
+                assert_eq!(self.worker_wire.release(id), Some(None));
+            }
+        }
         match self.worker_wire.observe(&m) {
             Seen::Close { .. } => assert!(self.lost, "worker closed on its own: {m:?}"),
             Seen::Response { id, head } => self.on_worker_response(id, head),
@@ -979,7 +995,9 @@ impl Run {
                 let what = format_args!("stream {i}: response on the wire");
                 self.rs[i].resp_wire.assert_complete(what);
             }
-            Seen::End { tag: None, .. } => {}
+            Seen::End { tag: None, id } => {
+                self.aborted_refusals.remove(&id);
+            }
             Seen::Abort { id, tag } => {
                 let i = tag
                     .unwrap_or_else(|| panic!("worker abort for id {id} not open"))
@@ -1468,6 +1486,10 @@ impl Run {
             .filter(|(_, &i)| !self.rs[i].aborted)
             .collect();
         assert!(in_flight.is_empty() || self.lost, "{in_flight:?}");
+        for id in std::mem::take(&mut self.aborted_refusals) {
+            let released = self.worker_wire.release(id);
+            assert!(released == Some(None) || self.lost, "{id}: {released:?}");
+        }
         assert!(
             self.worker_wire.is_empty() || self.lost,
             "{:?}",
