@@ -20,6 +20,17 @@ use std::task::{Context, Poll};
 /// Pieces one poll moves at most before it yields to the executor.
 const PIECES_PER_POLL: usize = 32;
 
+/// Bytes one poll of a [`Pump::yielding`] pump hands to the sink at most
+/// before it flushes them and yields. The connection's driver, woken by
+/// that flush, waits in the runtime's "next task" slot of this thread,
+/// where tokio's other threads cannot take it (tokio issue 4941, still
+/// open in tokio 1.54). A pump that went on making its next piece (an app
+/// that computes its body) would keep it there, and the driver's writes
+/// would follow the body's making on one core instead of running beside
+/// it. Yielding puts the pump behind the driver, where an idle thread
+/// takes it. A body smaller than this goes out in one poll.
+pub(crate) const YIELD_AFTER: usize = 64 * 1024;
+
 /// A body sink the pump can measure: the crate's [`RequestSink`] and
 /// [`ResponseSink`].
 pub(crate) trait BodySink: Sink<Bytes, Error = BodyError> + Unpin {
@@ -72,6 +83,8 @@ pub(crate) struct Pump<B, S> {
     /// Data pieces taken from the source so far.
     pieces: u64,
     waiting: Waiting,
+    /// Bytes a poll hands on at most before it flushes and yields.
+    yield_after: usize,
 }
 
 impl<B, S> Pump<B, S>
@@ -89,7 +102,16 @@ where
             source_done: false,
             pieces: 0,
             waiting: Waiting::default(),
+            yield_after: usize::MAX,
         }
+    }
+
+    /// Makes each poll flush and yield once it has handed `bytes` on
+    /// ([`YIELD_AFTER`]): for a source that computes its pieces, so that
+    /// the connection's driver writes them out beside it.
+    pub fn yielding(mut self, bytes: usize) -> Self {
+        self.yield_after = bytes.max(1);
+        self
     }
 
     /// Moves what it can. Pending while the source has nothing new (what
@@ -97,6 +119,7 @@ where
     /// [`Pump::waiting`]. Trailers are dropped (the protocol has none).
     pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<PumpEnd> {
         let mut sink = Pin::new(&mut self.sink);
+        let mut moved = 0;
         for _ in 0..PIECES_PER_POLL {
             if let Some(piece) = self.held.take() {
                 match sink.as_mut().poll_ready(cx) {
@@ -110,10 +133,28 @@ where
                     }
                     Poll::Ready(Err(e)) => return Poll::Ready(PumpEnd::Refused(e)),
                     Poll::Ready(Ok(())) => {
+                        moved += piece.len();
                         if let Err(e) = sink.as_mut().start_send(piece) {
                             return Poll::Ready(PumpEnd::Refused(e));
                         }
                     }
+                }
+                if moved >= self.yield_after {
+                    return match sink.as_mut().poll_flush(cx) {
+                        Poll::Pending => {
+                            self.waiting = Waiting {
+                                source: false,
+                                sink: true,
+                            };
+                            Poll::Pending
+                        }
+                        Poll::Ready(Ok(())) => {
+                            cx.waker().wake_by_ref();
+                            self.waiting = Waiting::default();
+                            Poll::Pending
+                        }
+                        Poll::Ready(Err(e)) => Poll::Ready(PumpEnd::Refused(e)),
+                    };
                 }
             }
             if self.source_done {
@@ -201,6 +242,9 @@ mod tests {
     use futures::task::noop_waker_ref;
     use http_body::Frame;
     use http_body_util::StreamBody;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Waker;
 
     /// A sink like the crate's: a started piece waits until the next
     /// `poll_ready` or `poll_flush` hands it on (when `open`).
@@ -323,6 +367,64 @@ mod tests {
         p.sink.open = true;
         assert!(poll(&mut p).is_pending());
         assert_eq!(p.sink.out, ["one", "two", "three"]);
+    }
+
+    #[test]
+    fn a_bulk_body_is_flushed_and_the_pump_yields_after_64_kib() {
+        let (tx, p) = pump(Held {
+            open: true,
+            ..Held::default()
+        });
+        let mut p = p.yielding(YIELD_AFTER);
+        let piece = Bytes::from(vec![7u8; 40 * 1024]);
+        for _ in 0..4 {
+            tx.unbounded_send(Ok(Frame::data(piece.clone()))).unwrap();
+        }
+        let woken = Arc::new(Woken(AtomicUsize::new(0)));
+        let waker = Waker::from(woken.clone());
+        let poll_counted = |p: &mut Pump<_, Held>| p.poll(&mut Context::from_waker(&waker));
+        // Two pieces (80 KiB) reach the sink, flushed; the pump asks to be
+        // polled again at once instead of reading the third piece now.
+        assert!(poll_counted(&mut p).is_pending());
+        assert_eq!((p.taken(), p.pieces()), (80 * 1024, 2));
+        assert_eq!(p.waiting(), Waiting::default());
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+        assert!(poll_counted(&mut p).is_pending());
+        assert_eq!((p.taken(), p.pieces()), (160 * 1024, 4));
+        assert_eq!(woken.0.load(Ordering::SeqCst), 2);
+        // A small body still goes out in one poll, without a wake.
+        drop(tx);
+        assert!(matches!(poll_counted(&mut p), Poll::Ready(PumpEnd::Done)));
+        let (tx, p) = pump(Held {
+            open: true,
+            ..Held::default()
+        });
+        let mut p = p.yielding(YIELD_AFTER);
+        for s in ["one", "two", "three"] {
+            tx.unbounded_send(data(s)).unwrap();
+        }
+        assert!(poll_counted(&mut p).is_pending());
+        assert_eq!(p.sink.out, ["one", "two", "three"]);
+        assert_eq!(woken.0.load(Ordering::SeqCst), 2);
+        // A pump not made `yielding` moves the bulk body in one poll.
+        let (tx, mut p) = pump(Held {
+            open: true,
+            ..Held::default()
+        });
+        for _ in 0..4 {
+            tx.unbounded_send(Ok(Frame::data(piece.clone()))).unwrap();
+        }
+        assert!(poll_counted(&mut p).is_pending());
+        assert_eq!((p.taken(), p.pieces()), (160 * 1024, 4));
+        assert_eq!(woken.0.load(Ordering::SeqCst), 2);
+    }
+
+    struct Woken(AtomicUsize);
+
+    impl std::task::Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     #[test]

@@ -275,7 +275,8 @@ where
     let count = ByteCount::default();
     // Counted when this future ends or is dropped (the caller left).
     let _down = CountOnDrop(count.clone());
-    let mut pump = Pump::new(Counted::new(Box::pin(body), count), sink);
+    // The app may compute its body: yield, so the driver writes beside it.
+    let mut pump = Pump::new(Counted::new(Box::pin(body), count), sink).yielding(pump::YIELD_AFTER);
     match poll_fn(|cx| pump.poll(cx)).await {
         PumpEnd::Done => true,
         PumpEnd::Refused(e) => {
