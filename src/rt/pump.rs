@@ -73,6 +73,12 @@ pub(crate) struct Waiting {
     pub sink: bool,
 }
 
+/// Waiting for the sink only.
+const SINK_WAITS: Waiting = Waiting {
+    source: false,
+    sink: true,
+};
+
 /// Pours `source` into `sink`; poll it with [`Pump::poll`].
 pub(crate) struct Pump<B, S> {
     source: Pin<Box<B>>,
@@ -125,10 +131,7 @@ where
                 match sink.as_mut().poll_ready(cx) {
                     Poll::Pending => {
                         self.held = Some(piece);
-                        self.waiting = Waiting {
-                            source: false,
-                            sink: true,
-                        };
+                        self.waiting = SINK_WAITS;
                         return Poll::Pending;
                     }
                     Poll::Ready(Err(e)) => return Poll::Ready(PumpEnd::Refused(e)),
@@ -140,30 +143,20 @@ where
                     }
                 }
                 if moved >= self.yield_after {
-                    return match sink.as_mut().poll_flush(cx) {
+                    match sink.as_mut().poll_flush(cx) {
                         Poll::Pending => {
-                            self.waiting = Waiting {
-                                source: false,
-                                sink: true,
-                            };
-                            Poll::Pending
+                            self.waiting = SINK_WAITS;
+                            return Poll::Pending;
                         }
-                        Poll::Ready(Ok(())) => {
-                            cx.waker().wake_by_ref();
-                            self.waiting = Waiting::default();
-                            Poll::Pending
-                        }
-                        Poll::Ready(Err(e)) => Poll::Ready(PumpEnd::Refused(e)),
-                    };
+                        Poll::Ready(Err(e)) => return Poll::Ready(PumpEnd::Refused(e)),
+                        Poll::Ready(Ok(())) => break, // flushed: yield
+                    }
                 }
             }
             if self.source_done {
                 return match sink.as_mut().poll_close(cx) {
                     Poll::Pending => {
-                        self.waiting = Waiting {
-                            source: false,
-                            sink: true,
-                        };
+                        self.waiting = SINK_WAITS;
                         Poll::Pending
                     }
                     Poll::Ready(Ok(())) => Poll::Ready(PumpEnd::Done),
@@ -196,7 +189,8 @@ where
                 }
             }
         }
-        // Still moving: let the others run, and come back at once.
+        // Still moving, or flushed after `yield_after` bytes: let the
+        // others run, and come back at once.
         cx.waker().wake_by_ref();
         self.waiting = Waiting::default();
         Poll::Pending
