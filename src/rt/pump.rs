@@ -413,6 +413,36 @@ mod tests {
         assert_eq!(woken.0.load(Ordering::SeqCst), 2);
     }
 
+    #[test]
+    fn a_yielding_pump_before_a_frozen_sink_waits_instead_of_spinning() {
+        let (tx, p) = pump(Held::default()); // not open: nothing is handed on
+        let mut p = p.yielding(YIELD_AFTER);
+        let piece = Bytes::from(vec![7u8; 80 * 1024]);
+        for _ in 0..3 {
+            tx.unbounded_send(Ok(Frame::data(piece.clone()))).unwrap();
+        }
+        let woken = Arc::new(Woken(AtomicUsize::new(0)));
+        let waker = Waker::from(woken.clone());
+        for taken_from_source in [1, 2, 2, 2] {
+            assert!(p.poll(&mut Context::from_waker(&waker)).is_pending());
+            // One piece started, its flush pending, then one more held at
+            // most: the pump waits for the sink and does not wake itself.
+            assert_eq!(p.waiting(), SINK_WAITS);
+            assert_eq!(woken.0.load(Ordering::SeqCst), 0);
+            assert_eq!((p.taken(), p.pieces()), (0, taken_from_source));
+        }
+        // The sink thaws: the pieces go on, flushed after each.
+        p.sink.open = true;
+        drop(tx);
+        let mut polls = 0;
+        while p.poll(&mut Context::from_waker(&waker)).is_pending() {
+            polls += 1;
+            assert!(polls < 10, "the pump does not end");
+        }
+        assert_eq!((p.taken(), p.pieces()), (240 * 1024, 3));
+        assert!(p.sink.closed);
+    }
+
     struct Woken(AtomicUsize);
 
     impl std::task::Wake for Woken {
