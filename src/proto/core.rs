@@ -290,6 +290,20 @@ macro_rules! machine_common {
             self.core.advance(now);
         }
 
+        /// Sets the size of the body chunks cut from now on, within 1 and
+        /// the configured `chunk_size`: the driver's measure of how fast its
+        /// socket drains ([`SendPacer`](crate::proto::pacer::SendPacer)),
+        /// so that what sits below the scheduler stays a few milliseconds
+        /// long and a control frame never waits for seconds of one body.
+        pub fn set_chunk_size(&mut self, n: usize) {
+            self.core.out.set_chunk_size(n);
+        }
+
+        /// The size of the body chunks cut now.
+        pub fn chunk_size(&self) -> usize {
+            self.core.out.chunk_size()
+        }
+
         /// Body bytes `send_body` would take now on this stream.
         pub fn send_capacity(&self, key: StreamKey) -> usize {
             self.core.out.capacity(key)

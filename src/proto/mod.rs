@@ -48,6 +48,7 @@ mod keepalive;
 mod length;
 mod local_map;
 mod outbound;
+pub mod pacer;
 mod relay;
 mod stats;
 mod worker;

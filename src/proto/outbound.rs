@@ -67,6 +67,8 @@ pub(crate) struct Outbound {
     stream_limit: usize,
     conn_limit: usize,
     chunk_size: usize,
+    /// The configured chunk size: the most [`Outbound::set_chunk_size`] sets.
+    max_chunk: usize,
     writable: Vec<StreamKey>,
     /// Streams refused bytes (`OutStream::blocked`), possibly some gone
     /// since: [`Outbound::wake_blocked`] looks at these, not every stream.
@@ -84,6 +86,7 @@ impl Outbound {
             stream_limit: stream_limit.max(1),
             conn_limit: conn_limit.max(1),
             chunk_size: chunk_size.clamp(1, crate::frame::MAX_CHUNK_BODY),
+            max_chunk: chunk_size.clamp(1, crate::frame::MAX_CHUNK_BODY),
             writable: Vec::new(),
             blocked: Vec::new(),
         }
@@ -308,6 +311,17 @@ impl Outbound {
         std::mem::take(&mut self.writable)
     }
 
+    /// Sets the size of the chunks cut from now on: `n` within 1 and the
+    /// configured size.
+    pub fn set_chunk_size(&mut self, n: usize) {
+        self.chunk_size = n.clamp(1, self.max_chunk);
+    }
+
+    /// The size of the chunks cut now.
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size
+    }
+
     /// Bytes queued, and their high-water mark.
     pub fn queued(&self) -> (usize, usize) {
         (self.queued, self.high_water)
@@ -381,6 +395,27 @@ mod tests {
             })
             .collect();
         assert_eq!(tags, ["abort9", "chunk1", "chunk2", "end2", "chunk1"]);
+    }
+
+    #[test]
+    fn the_chunk_size_changes_between_chunks_within_its_bounds() {
+        let mut o = Outbound::new(1 << 20, 1 << 20, 8);
+        let a = StreamKey(1);
+        o.open(a, id(1));
+        o.write(a, Bytes::from(vec![7u8; 40]));
+        let len = |o: &mut Outbound| match o.poll_transmit().map(|(m, _)| decode(&m)) {
+            Some(Some(Ok(Decoded::Chunk(c)))) => c.data.len(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(len(&mut o), 8);
+        o.set_chunk_size(3);
+        assert_eq!(len(&mut o), 3);
+        o.set_chunk_size(0);
+        assert_eq!(o.chunk_size(), 1);
+        assert_eq!(len(&mut o), 1);
+        o.set_chunk_size(usize::MAX);
+        assert_eq!(o.chunk_size(), 8);
+        assert_eq!(len(&mut o), 8);
     }
 
     #[test]
