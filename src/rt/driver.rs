@@ -4,6 +4,7 @@
 use super::side::{lock, Side};
 use super::timer::{Sleep, Timer};
 use crate::frame::{CloseCode, CloseFrame, Message};
+use crate::proto::pacer::SendPacer;
 use crate::proto::{
     BodyRead, CloseCause, FinishError, HandleError, RelayConnection, StreamKey, WorkerConnection,
     WriteError,
@@ -31,6 +32,8 @@ pub(crate) trait Machine {
     fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError>;
     fn finish(&mut self, key: StreamKey) -> Result<(), FinishError>;
     fn read_body(&mut self, key: StreamKey) -> BodyRead;
+    fn chunk_size(&self) -> usize;
+    fn set_chunk_size(&mut self, n: usize);
 }
 
 macro_rules! impl_machine {
@@ -74,6 +77,12 @@ macro_rules! impl_machine {
             }
             fn read_body(&mut self, key: StreamKey) -> BodyRead {
                 <$t>::read_body(self, key)
+            }
+            fn chunk_size(&self) -> usize {
+                <$t>::chunk_size(self)
+            }
+            fn set_chunk_size(&mut self, n: usize) {
+                <$t>::set_chunk_size(self, n)
             }
         }
     };
@@ -150,6 +159,11 @@ pub(crate) struct Io<S> {
     flushed: bool,
     eof: bool,
     started: bool,
+    /// What the socket drains, and so how much to hand it between flushes
+    /// and how large a chunk the machine cuts (`proto::pacer`).
+    pacer: SendPacer,
+    /// The chunk size last given to the machine.
+    chunk: usize,
 }
 
 /// Messages read in one pass of [`Io::poll_io`].
@@ -182,6 +196,8 @@ impl<S> Io<S> {
             flushed: true,
             eof: false,
             started: false,
+            pacer: SendPacer::new(crate::frame::MAX_CHUNK_BODY),
+            chunk: 0,
         }
     }
 }
@@ -207,6 +223,8 @@ where
                 // Arms the machine's timers (the keepalive).
                 self.started = true;
                 m.handle_timeout(now);
+                // The machine's configured chunk size is the pacer's most.
+                self.pacer = SendPacer::new(m.chunk_size());
             } else {
                 // What the machine sends now, it sends at this time.
                 m.advance_time(now);
@@ -275,7 +293,13 @@ where
     }
 
     /// Hands the machine's messages to the socket while it accepts them,
-    /// then flushes. `Ok(true)` if anything was sent.
+    /// at most a chunk's worth (the pacer's) between two completed flushes,
+    /// and flushes. `Ok(true)` if anything was sent.
+    ///
+    /// What the socket has taken is out of the scheduler's hands: a control
+    /// frame queued now goes after all of it. So on a slow link, where the
+    /// pacer's chunk is a few milliseconds of data, the next message is
+    /// chosen only once the last batch is below us.
     fn transmit<Sh: Side>(
         &mut self,
         shared: &Mutex<Sh>,
@@ -283,31 +307,52 @@ where
     ) -> Result<bool, Pass<E>> {
         let mut progress = false;
         loop {
-            if self.pending.is_none() {
-                self.pending = lock(shared).conn().poll_transmit();
+            while !self.pacer.batch_full() {
+                if self.pending.is_none() {
+                    let mut sh = lock(shared);
+                    let m = sh.conn();
+                    if self.chunk != self.pacer.chunk_size() {
+                        self.chunk = self.pacer.chunk_size();
+                        m.set_chunk_size(self.chunk);
+                    }
+                    self.pending = m.poll_transmit();
+                }
+                let Some(msg) = self.pending.take() else {
+                    break;
+                };
+                match Pin::new(&mut self.socket).poll_ready(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Err(self.fail(shared, e)),
+                    Poll::Pending => {
+                        self.pending = Some(msg);
+                        self.pacer.on_blocked();
+                        break;
+                    }
+                }
+                let len = msg.len();
+                if let Err(e) = Pin::new(&mut self.socket).start_send(msg) {
+                    return Err(self.fail(shared, e));
+                }
+                self.pacer.on_sent(len, self.timer.now());
+                self.flushed = false;
+                progress = true;
             }
-            let Some(msg) = self.pending.take() else {
+            if self.flushed {
+                if self.pending.is_none() {
+                    self.pacer.on_idle();
+                }
                 break;
-            };
-            match Pin::new(&mut self.socket).poll_ready(cx) {
-                Poll::Ready(Ok(())) => {}
+            }
+            match Pin::new(&mut self.socket).poll_flush(cx) {
+                Poll::Ready(Ok(())) => {
+                    self.flushed = true;
+                    self.pacer.on_flushed(self.timer.now());
+                }
                 Poll::Ready(Err(e)) => return Err(self.fail(shared, e)),
                 Poll::Pending => {
-                    self.pending = Some(msg);
+                    self.pacer.on_blocked();
                     break;
                 }
-            }
-            if let Err(e) = Pin::new(&mut self.socket).start_send(msg) {
-                return Err(self.fail(shared, e));
-            }
-            self.flushed = false;
-            progress = true;
-        }
-        if !self.flushed {
-            match Pin::new(&mut self.socket).poll_flush(cx) {
-                Poll::Ready(Ok(())) => self.flushed = true,
-                Poll::Ready(Err(e)) => return Err(self.fail(shared, e)),
-                Poll::Pending => {}
             }
         }
         Ok(progress)

@@ -17,6 +17,10 @@ use std::task::Waker;
 struct Script {
     wants: bool,
     fed: Vec<Message>,
+    /// Messages to transmit, in order.
+    out: VecDeque<Message>,
+    /// Every chunk size the driver set.
+    chunk_sizes: Vec<usize>,
 }
 
 impl Machine for Script {
@@ -34,7 +38,7 @@ impl Machine for Script {
         false
     }
     fn poll_transmit(&mut self) -> Option<Message> {
-        None
+        self.out.pop_front()
     }
     fn poll_timeout(&self) -> Option<Instant> {
         None
@@ -56,6 +60,12 @@ impl Machine for Script {
     }
     fn read_body(&mut self, _: StreamKey) -> BodyRead {
         BodyRead::Pending
+    }
+    fn chunk_size(&self) -> usize {
+        crate::frame::MAX_CHUNK_BODY
+    }
+    fn set_chunk_size(&mut self, n: usize) {
+        self.chunk_sizes.push(n);
     }
 }
 
@@ -153,7 +163,7 @@ fn a_message_read_after_a_pause_is_held_then_fed_first_in_order() {
     let shared = Arc::new(Mutex::new(Shared {
         conn: Script {
             wants: true,
-            fed: Vec::new(),
+            ..Script::default()
         },
         driver: None,
     }));
@@ -185,4 +195,92 @@ fn a_message_read_after_a_pause_is_held_then_fed_first_in_order() {
         shared.lock().unwrap().conn.fed,
         (0..5).map(text).collect::<Vec<_>>()
     );
+}
+
+/// A socket that takes every message at once and whose flush completes
+/// only when the test opens it (a slow link below a small send buffer).
+struct Gated {
+    taken: Vec<usize>,
+    flushes: usize,
+    open: bool,
+}
+
+impl Stream for Gated {
+    type Item = Result<Message, Infallible>;
+    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        Poll::Pending
+    }
+}
+
+impl Sink<Message> for Gated {
+    type Error = Infallible;
+    fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+    fn start_send(mut self: Pin<&mut Self>, m: Message) -> Result<(), Infallible> {
+        self.taken.push(m.len());
+        Ok(())
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        if std::mem::take(&mut self.open) {
+            self.flushes += 1;
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    }
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[test]
+fn a_socket_that_drains_slowly_is_handed_one_chunk_between_flushes() {
+    use crate::proto::pacer::MIN_CHUNK;
+    let bulk = || Message::Binary(Bytes::from(vec![0u8; 4 << 10]));
+    let shared = Arc::new(Mutex::new(Shared {
+        conn: Script {
+            out: (0..16).map(|_| bulk()).collect(),
+            ..Script::default()
+        },
+        driver: None,
+    }));
+    let socket = Gated {
+        taken: Vec::new(),
+        flushes: 0,
+        open: false,
+    };
+    let mut io = Io::new(socket, Arc::new(NoSleep));
+    let mut cx = noop_cx();
+    io.poll_io(&*shared, &mut cx);
+    // The pacer starts at its smallest chunk, which the machine is given,
+    // and the socket gets that much until a flush completes.
+    assert_eq!(shared.lock().unwrap().conn.chunk_sizes, vec![MIN_CHUNK]);
+    assert_eq!(io.socket.taken.iter().sum::<usize>(), MIN_CHUNK);
+    assert!(matches!(io.poll_io(&*shared, &mut cx), Pass::Idle));
+    assert_eq!(io.socket.taken.len(), 2, "handed more before a flush");
+
+    // A control frame queued now goes out right after the batch in the
+    // socket: ahead of the bulk the machine still holds.
+    shared
+        .lock()
+        .unwrap()
+        .conn
+        .out
+        .push_front(Message::Text("cancel".into()));
+    io.socket.open = true;
+    io.poll_io(&*shared, &mut cx);
+    assert_eq!(io.socket.flushes, 1);
+    assert_eq!(io.socket.taken[2], "cancel".len());
+    assert_eq!(io.socket.taken.iter().sum::<usize>(), 2 * MIN_CHUNK + 6);
+
+    // Every flush lets one more batch through, until all is sent.
+    for _ in 0..64 {
+        if shared.lock().unwrap().conn.out.is_empty() && io.socket.open {
+            break;
+        }
+        io.socket.open = true;
+        io.poll_io(&*shared, &mut cx);
+    }
+    assert_eq!(io.socket.taken.iter().sum::<usize>(), 16 * (4 << 10) + 6);
 }
