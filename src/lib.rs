@@ -202,6 +202,8 @@ pub mod frame;
 pub mod gateway;
 pub mod proto;
 pub mod rt;
+#[cfg(any(feature = "tungstenite", feature = "server"))]
+mod send_lowat;
 #[cfg(feature = "server")]
 #[cfg_attr(docsrs, doc(cfg(feature = "server")))]
 pub mod server;

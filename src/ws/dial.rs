@@ -337,6 +337,9 @@ async fn connect(target: &Target) -> Result<TcpStream, DialError> {
         match TcpStream::connect(addr).await {
             Ok(tcp) => {
                 let _ = tcp.set_nodelay(true);
+                // The driver's pacer, not the kernel, holds what waits to
+                // be sent (a cancel's answer must not queue behind it).
+                let _ = crate::send_lowat::set_unsent_lowat(&tcp, crate::send_lowat::UNSENT_LOWAT);
                 return Ok(tcp);
             }
             Err(e) => last = Some(format!("connecting to {addr}: {e}")),

@@ -66,7 +66,7 @@ impl AsyncWrite for DialStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        each!(self, s => s.poll_write(cx, buf))
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(
@@ -74,12 +74,18 @@ impl AsyncWrite for DialStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        each!(self, s => s.poll_write_vectored(cx, bufs))
+        match self.get_mut() {
+            // Each write a record, so that the dial's TCP_NOTSENT_LOWAT holds
+            // (`send_lowat::poll_write_record`).
+            DialStream::Plain(s) => crate::send_lowat::poll_write_record(s, cx, bufs),
+            #[cfg(feature = "rustls")]
+            DialStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
-            DialStream::Plain(s) => s.is_write_vectored(),
+            DialStream::Plain(_) => true,
             #[cfg(feature = "rustls")]
             DialStream::Tls(s) => s.is_write_vectored(),
         }
