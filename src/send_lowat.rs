@@ -19,9 +19,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 /// The limit the worker's dial and the server's accepted sockets use:
-/// 16 KiB, the common advice for HTTP/2 servers (13 ms at 10 Mbit/s, 3 ms
-/// at 40).
-pub const UNSENT_LOWAT: u32 = 8 << 10;
+/// 4 KiB (3 ms at 10 Mbit/s, 16 ms at 2). HTTP/2 servers are commonly given
+/// 16 KiB; on a 2 Mbit/s link that alone is 65 ms before a cancel's answer,
+/// and 4 KiB kept 40 Mbit/s links full (BENCHMARKS.md, "On a slow link").
+pub const UNSENT_LOWAT: u32 = 4 << 10;
 
 /// Sets `TCP_NOTSENT_LOWAT` on `tcp` to `bytes` (Linux and Android; a no-op
 /// returning `Ok` elsewhere).

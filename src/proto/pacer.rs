@@ -24,6 +24,7 @@
 //! ```
 //! use std::time::{Duration, Instant};
 //! use worker_relay::proto::pacer::{SendPacer, MIN_CHUNK};
+//! # let _ = MIN_CHUNK;
 //!
 //! let mut pacer = SendPacer::new(1 << 20);
 //! let t0 = Instant::now();
@@ -31,20 +32,22 @@
 //! // 10 Mbit/s: each 8 KiB batch waits on the socket for 6.5 ms.
 //! let mut now = t0;
 //! for _ in 0..20 {
-//!     pacer.on_sent(MIN_CHUNK, now);
+//!     pacer.on_sent(8192, now);
 //!     pacer.on_blocked();
 //!     now += Duration::from_micros(6_554);
 //!     pacer.on_flushed(now);
 //! }
-//! assert_eq!(pacer.chunk_size(), MIN_CHUNK); // 4 ms of 1.25 MB/s is below the floor
+//! // 4 ms of 1.25 MB/s.
+//! assert!((4_900..=5_100).contains(&pacer.chunk_size()));
 //! ```
 
 use std::time::{Duration, Instant};
 
-/// The smallest chunk the pacer chooses: 8 KiB (65 ms at 1 Mbit/s, 6.5 ms
-/// at 10). Below it the per-message costs (a WebSocket header, a stream id,
-/// a wake-up) start to count.
-pub const MIN_CHUNK: usize = 8 << 10;
+/// The smallest chunk the pacer chooses: 4 KiB (16 ms at 2 Mbit/s, 3 ms at
+/// 10). Below it the per-message costs (a WebSocket header, a stream id, a
+/// wake-up) start to count; above it a 2 Mbit/s uplink keeps a cancel's
+/// answer waiting longer (BENCHMARKS.md, "On a slow link").
+pub const MIN_CHUNK: usize = 4 << 10;
 
 /// How much time of data a chunk holds at the measured rate: 4 ms.
 pub const TARGET: Duration = Duration::from_millis(4);
@@ -225,7 +228,7 @@ mod tests {
         let mut now = Instant::now();
         assert_eq!(p.chunk_size(), MIN_CHUNK);
         // Two unhindered chunks past what a socket takes at once double it:
-        // 8 KiB to 1 MiB within 3 MiB.
+        // 4 KiB to 1 MiB within 3 MiB.
         let mut sent = 0;
         while p.chunk_size() < 1 << 20 {
             assert!(
@@ -246,14 +249,14 @@ mod tests {
     fn a_slow_link_keeps_chunks_a_few_milliseconds_long() {
         for (mbit, expect) in [
             (2u64, MIN_CHUNK),
-            (10, MIN_CHUNK),
+            (10, 5_000),
             (40, 20_000),
             (200, 100_000),
         ] {
             let rate = mbit * 1_000_000 / 8;
             let mut p = SendPacer::new(1 << 20);
             let mut now = Instant::now();
-            through_link(&mut p, &mut now, rate, 60);
+            through_link(&mut p, &mut now, rate, 200);
             let chunk = p.chunk_size();
             assert!(
                 chunk >= expect * 9 / 10 && chunk <= (expect * 11 / 10).max(MIN_CHUNK),
@@ -273,21 +276,23 @@ mod tests {
         let mut now = Instant::now();
         // A fast link that still makes us wait (a slow reader on loopback):
         // one sample span of small chunks, then the largest.
-        through_link(&mut p, &mut now, 1 << 30, 2100);
+        through_link(&mut p, &mut now, 1 << 30, 4500);
         assert_eq!(p.chunk_size(), 1 << 20);
         // 10 Mbit/s: down to the floor within a few samples, so that little
         // is committed meanwhile.
         let start = now;
-        through_link(&mut p, &mut now, 1_250_000, 8);
-        assert_eq!(p.chunk_size(), MIN_CHUNK);
-        assert!(now - start < Duration::from_secs(2), "{:?}", now - start);
-        // Faster again: unblocked flushes double it back.
-        for _ in 0..40 {
+        through_link(&mut p, &mut now, 1_250_000, 12);
+        assert!(p.chunk_size() <= 6_000, "{}", p.chunk_size());
+        assert!(now - start < Duration::from_millis(2500), "{:?}", now - start);
+        // Faster again: unblocked flushes double it back within 4 MiB.
+        let mut sent = 0;
+        while p.chunk_size() < 1 << 20 {
+            assert!(sent < 4 << 20, "{sent} bytes sent, chunk {}", p.chunk_size());
             let n = p.chunk_size();
             p.on_sent(n, now);
             p.on_flushed(now);
+            sent += n;
         }
-        assert_eq!(p.chunk_size(), 1 << 20);
     }
 
     #[test]
@@ -324,7 +329,9 @@ mod tests {
             now += Duration::from_nanos(3 * n as u64 * 800);
             p.on_flushed(now);
         }
-        assert_eq!(p.chunk_size(), MIN_CHUNK);
+        // 4 ms of 1.25 MB/s, not the doubling that two free batches would
+        // give without the allowance.
+        assert!(p.chunk_size() <= 5_100, "{}", p.chunk_size());
     }
 
     #[test]

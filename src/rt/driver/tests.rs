@@ -237,7 +237,8 @@ impl Sink<Message> for Gated {
 #[test]
 fn a_socket_that_drains_slowly_is_handed_one_chunk_between_flushes() {
     use crate::proto::pacer::MIN_CHUNK;
-    let bulk = || Message::Binary(Bytes::from(vec![0u8; 4 << 10]));
+    let half = MIN_CHUNK / 2;
+    let bulk = || Message::Binary(Bytes::from(vec![0u8; half]));
     let shared = Arc::new(Mutex::new(Shared {
         conn: Script {
             out: (0..16).map(|_| bulk()).collect(),
@@ -282,5 +283,5 @@ fn a_socket_that_drains_slowly_is_handed_one_chunk_between_flushes() {
         io.socket.open = true;
         io.poll_io(&*shared, &mut cx);
     }
-    assert_eq!(io.socket.taken.iter().sum::<usize>(), 16 * (4 << 10) + 6);
+    assert_eq!(io.socket.taken.iter().sum::<usize>(), 16 * half + 6);
 }
