@@ -43,11 +43,13 @@
 
 use std::time::{Duration, Instant};
 
-/// The smallest chunk the pacer chooses: 4 KiB (16 ms at 2 Mbit/s, 3 ms at
-/// 10). Below it the per-message costs (a WebSocket header, a stream id, a
-/// wake-up) start to count; above it a 2 Mbit/s uplink keeps a cancel's
-/// answer waiting longer (BENCHMARKS.md, "On a slow link").
-pub const MIN_CHUNK: usize = 4 << 10;
+/// The smallest chunk the pacer chooses: 2 KiB (8 ms at 2 Mbit/s, under
+/// 2 ms at 10, where 4 ms of data is larger anyway). Below it the
+/// per-message costs (a WebSocket header, a stream id, a wake-up) start to
+/// count; above it a 2 Mbit/s uplink keeps a cancel's answer waiting
+/// longer: with 4 KiB, /health took 87 ms during a download there, with 2
+/// KiB 50 ms (BENCHMARKS.md, "On a slow link").
+pub const MIN_CHUNK: usize = 2 << 10;
 
 /// How much time of data a chunk holds at the measured rate: 4 ms.
 pub const TARGET: Duration = Duration::from_millis(4);
@@ -83,6 +85,8 @@ pub struct SendPacer {
     /// The stretch of sending being measured: when it started, the bytes
     /// flushed in it, and whether the socket made us wait in it.
     window: Option<(Instant, usize, bool)>,
+    /// When a flush last completed.
+    last_flush: Option<Instant>,
 }
 
 impl SendPacer {
@@ -101,6 +105,7 @@ impl SendPacer {
             batch_blocked: false,
             free_run: 0,
             window: None,
+            last_flush: None,
         }
     }
 
@@ -131,17 +136,27 @@ impl SendPacer {
     pub fn on_sent(&mut self, n: usize, now: Instant) {
         if self.window.is_none() {
             self.window = Some((now, 0, false));
+            if self
+                .last_flush
+                .is_some_and(|t| now.saturating_duration_since(t) >= SAMPLE_SPAN)
+            {
+                // After a pause, what went without a wait before it says
+                // nothing about the link now: small answers trickling over
+                // a slow link must not add up to a "fast" verdict.
+                self.free_run = 0;
+            }
         }
         self.unflushed = self.unflushed.saturating_add(n);
     }
 
     /// The socket made us wait (a write or a flush was not ready).
     pub fn on_blocked(&mut self) {
+        self.free_run = 0;
         if self.unflushed > 0 {
             self.batch_blocked = true;
-            if let Some((_, _, blocked)) = self.window.as_mut() {
-                *blocked = true;
-            }
+        }
+        if let Some((_, _, blocked)) = self.window.as_mut() {
+            *blocked = true;
         }
     }
 
@@ -149,6 +164,7 @@ impl SendPacer {
     /// Updates the chunk size.
     pub fn on_flushed(&mut self, now: Instant) {
         let n = std::mem::take(&mut self.unflushed);
+        self.last_flush = Some(now);
         if std::mem::take(&mut self.batch_blocked) {
             self.free_run = 0;
         } else {
@@ -228,7 +244,7 @@ mod tests {
         let mut now = Instant::now();
         assert_eq!(p.chunk_size(), MIN_CHUNK);
         // Two unhindered chunks past what a socket takes at once double it:
-        // 4 KiB to 1 MiB within 3 MiB.
+        // 2 KiB to 1 MiB within 3 MiB.
         let mut sent = 0;
         while p.chunk_size() < 1 << 20 {
             assert!(
@@ -247,12 +263,7 @@ mod tests {
 
     #[test]
     fn a_slow_link_keeps_chunks_a_few_milliseconds_long() {
-        for (mbit, expect) in [
-            (2u64, MIN_CHUNK),
-            (10, 5_000),
-            (40, 20_000),
-            (200, 100_000),
-        ] {
+        for (mbit, expect) in [(2u64, MIN_CHUNK), (10, 5_000), (40, 20_000), (200, 100_000)] {
             let rate = mbit * 1_000_000 / 8;
             let mut p = SendPacer::new(1 << 20);
             let mut now = Instant::now();
@@ -276,18 +287,26 @@ mod tests {
         let mut now = Instant::now();
         // A fast link that still makes us wait (a slow reader on loopback):
         // one sample span of small chunks, then the largest.
-        through_link(&mut p, &mut now, 1 << 30, 4500);
+        through_link(&mut p, &mut now, 1 << 30, 9000);
         assert_eq!(p.chunk_size(), 1 << 20);
         // 10 Mbit/s: down to the floor within a few samples, so that little
         // is committed meanwhile.
         let start = now;
         through_link(&mut p, &mut now, 1_250_000, 12);
         assert!(p.chunk_size() <= 6_000, "{}", p.chunk_size());
-        assert!(now - start < Duration::from_millis(2500), "{:?}", now - start);
+        assert!(
+            now - start < Duration::from_millis(2500),
+            "{:?}",
+            now - start
+        );
         // Faster again: unblocked flushes double it back within 4 MiB.
         let mut sent = 0;
         while p.chunk_size() < 1 << 20 {
-            assert!(sent < 4 << 20, "{sent} bytes sent, chunk {}", p.chunk_size());
+            assert!(
+                sent < 4 << 20,
+                "{sent} bytes sent, chunk {}",
+                p.chunk_size()
+            );
             let n = p.chunk_size();
             p.on_sent(n, now);
             p.on_flushed(now);
@@ -335,13 +354,28 @@ mod tests {
     }
 
     #[test]
+    fn small_answers_spread_over_time_do_not_grow_the_chunk() {
+        // /health answers, 200 bytes each, 100 ms apart, for ten minutes on
+        // a slow link: never two chunks' worth within a burst.
+        let mut p = SendPacer::new(1 << 20);
+        let mut now = Instant::now();
+        for _ in 0..6000 {
+            p.on_sent(200, now);
+            p.on_flushed(now);
+            p.on_idle();
+            now += Duration::from_millis(100);
+        }
+        assert_eq!(p.chunk_size(), MIN_CHUNK);
+    }
+
+    #[test]
     fn idle_time_is_not_counted_as_link_time() {
         // 10 Mbit/s, with the application pausing 50 ms between bursts of
         // 64 KiB: the estimate is the link's rate, not the burst's.
         let mut p = SendPacer::new(1 << 20);
         let mut now = Instant::now();
         for _ in 0..20 {
-            for _ in 0..8 {
+            for _ in 0..16 {
                 p.on_sent(MIN_CHUNK, now);
                 p.on_blocked();
                 now += Duration::from_nanos(MIN_CHUNK as u64 * 800);

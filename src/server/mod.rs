@@ -273,15 +273,16 @@ fn spawn_connection<S, B>(
     B::Error: Into<BoxError>,
 {
     let _ = stream.set_nodelay(true);
-    // What waits to be sent stays with the application's scheduler (the
-    // relay's `SendPacer`, hyper's body), not in a send buffer of megabytes
-    // that a worker's cancel would queue behind.
-    let _ = crate::send_lowat::set_unsent_lowat(&stream, crate::send_lowat::UNSENT_LOWAT);
     let service = service.clone();
     let config = config.clone();
     tokio::spawn(async move {
-        // Each write a record, so that the low-water mark above holds.
-        let io = TimedIo::new(crate::send_lowat::RecordTcp(stream), config.send_timeout);
+        // What waits to be sent stays with the application's scheduler (the
+        // relay's `SendPacer`, hyper's body), not in a send buffer of
+        // megabytes that a worker's cancel would queue behind.
+        let io = TimedIo::new(
+            crate::send_lowat::PacedTcp::new(stream),
+            config.send_timeout,
+        );
         #[cfg(feature = "rustls")]
         if let Some(tls) = &config.tls {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.rustls_config());

@@ -2,7 +2,7 @@
 //! network, then DNS, TCP, TLS (`wss://`, feature `rustls`) and the
 //! upgrade, each with its own cause when it fails.
 
-use super::stream::DialStream;
+use super::stream::{DialStream, PacedTcp};
 use super::{config, WsSocket, DIAL_READ_BUFFER, DIAL_TIMEOUT};
 use crate::connect::{Refused, RetryReason, Verdict, WorkerHandshake};
 use std::fmt;
@@ -224,7 +224,7 @@ impl Dialer {
         let stream = if target.tls {
             self.secure(&target, tcp, deadline).await?
         } else {
-            DialStream::Plain(tcp)
+            DialStream::Plain(PacedTcp::new(tcp))
         };
         let upgrade = tokio_tungstenite::client_async_with_config(
             request,
@@ -265,7 +265,7 @@ impl Dialer {
         tcp: TcpStream,
         deadline: Instant,
     ) -> Result<DialStream, DialError> {
-        let handshake = self.tls.connect(&target.host, tcp);
+        let handshake = self.tls.connect(&target.host, PacedTcp::new(tcp));
         within(deadline, self.timeout, "the TLS handshake", handshake)
             .await
             .map(|tls| DialStream::Tls(Box::new(tls)))
@@ -337,9 +337,6 @@ async fn connect(target: &Target) -> Result<TcpStream, DialError> {
         match TcpStream::connect(addr).await {
             Ok(tcp) => {
                 let _ = tcp.set_nodelay(true);
-                // The driver's pacer, not the kernel, holds what waits to
-                // be sent (a cancel's answer must not queue behind it).
-                let _ = crate::send_lowat::set_unsent_lowat(&tcp, crate::send_lowat::UNSENT_LOWAT);
                 return Ok(tcp);
             }
             Err(e) => last = Some(format!("connecting to {addr}: {e}")),

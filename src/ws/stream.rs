@@ -6,25 +6,27 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
+pub use crate::send_lowat::PacedTcp;
+
 /// A dialled connection's bytes: `ws://` over TCP, or `wss://` over
 /// rustls (feature `rustls`).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum DialStream {
     /// `ws://`.
-    Plain(TcpStream),
+    Plain(PacedTcp),
     /// `wss://`.
     #[cfg(feature = "rustls")]
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Tls(Box<tokio_rustls::client::TlsStream<PacedTcp>>),
 }
 
 impl DialStream {
     /// The TCP connection underneath.
     pub fn tcp(&self) -> &TcpStream {
         match self {
-            DialStream::Plain(s) => s,
+            DialStream::Plain(s) => s.get_ref(),
             #[cfg(feature = "rustls")]
-            DialStream::Tls(s) => s.get_ref().0,
+            DialStream::Tls(s) => s.get_ref().0.get_ref(),
         }
     }
 
@@ -74,18 +76,12 @@ impl AsyncWrite for DialStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            // Each write a record, so that the dial's TCP_NOTSENT_LOWAT holds
-            // (`send_lowat::poll_write_record`).
-            DialStream::Plain(s) => crate::send_lowat::poll_write_record(s, cx, bufs),
-            #[cfg(feature = "rustls")]
-            DialStream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-        }
+        each!(self, s => s.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
-            DialStream::Plain(_) => true,
+            DialStream::Plain(s) => s.is_write_vectored(),
             #[cfg(feature = "rustls")]
             DialStream::Tls(s) => s.is_write_vectored(),
         }

@@ -7,12 +7,12 @@
 //! other crate in the program installs another default.
 
 use super::dial::DialError;
+use super::stream::PacedTcp;
 use crate::connect::Refused;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use std::sync::{Arc, OnceLock};
-use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
@@ -86,8 +86,8 @@ impl ClientTls {
     pub async fn connect(
         &self,
         host: &str,
-        tcp: TcpStream,
-    ) -> Result<TlsStream<TcpStream>, DialError> {
+        tcp: PacedTcp,
+    ) -> Result<TlsStream<PacedTcp>, DialError> {
         let config = self.config().map_err(DialError::network)?;
         let name = ServerName::try_from(host.to_owned()).map_err(|e| {
             DialError::refused(Refused::InvalidUrl(format!(
