@@ -365,11 +365,9 @@ for rate in $RATES; do
     done
 done
 
-# The table.
-echo
-if [ -n "$STRATA_BIN" ]; then
-echo "slow link, strata-worker: tbf rate R burst 32kbit latency 50ms each way; /health probes p50/p99 ms (p99 of 30 = the max); upload of $UPLOAD_MIB MiB to /v1/execute: body Mbit/s (its goodput on the link), (the link's Mbit/s while probed)"
-awk '
+# The table. Both kinds read the RESULT lines the same way: get(line, key),
+# and r, p, d (rate, path, dir) with the rates in order of appearance.
+AWK_RESULT='
 function get(line, key,    n, i, f, kv) {
     n = split(line, f, " ")
     for (i = 2; i <= n; i++) { split(f[i], kv, "="); if (kv[1] == key) return kv[2] }
@@ -378,6 +376,11 @@ function get(line, key,    n, i, f, kv) {
 /^RESULT / {
     r = get($0, "rate"); p = get($0, "path"); d = get($0, "dir")
     if (!(r in seen)) { seen[r] = 1; order[++nr] = r }
+'
+echo
+if [ -n "$STRATA_BIN" ]; then
+echo "slow link, strata-worker: tbf rate R burst 32kbit latency 50ms each way; /health probes p50/p99 ms (p99 of 30 = the max); upload of $UPLOAD_MIB MiB to /v1/execute: body Mbit/s (its goodput on the link), (the link's Mbit/s while probed)"
+awk "$AWK_RESULT"'
     if (d == "worker") {
         w[r] = sprintf("connects %s, lost %s, keepalive timeouts %s", get($0, "connects"), get($0, "lost"), get($0, "keepalive_timeouts"))
     } else if (d == "idle") {
@@ -407,15 +410,7 @@ cat "$TMP/results"
 exit 0
 fi
 echo "slow link: tbf rate R burst 32kbit latency 50ms each way; /health probes p50/p99 ms (p99 of 30 = the max), bulk Mbit/s"
-awk '
-function get(line, key,    n, i, f, kv) {
-    n = split(line, f, " ")
-    for (i = 2; i <= n; i++) { split(f[i], kv, "="); if (kv[1] == key) return kv[2] }
-    return "-"
-}
-/^RESULT / {
-    r = get($0, "rate"); p = get($0, "path"); d = get($0, "dir")
-    if (!(r in seen)) { seen[r] = 1; order[++nr] = r }
+awk "$AWK_RESULT"'
     if (d == "fair") {
         fair[r, p] = sprintf("%s + %s (min share %s)", get($0, "a_mbps"), get($0, "b_mbps"), get($0, "min_share"))
     } else {

@@ -75,7 +75,11 @@
 //! 2. drain `poll_transmit()` into the socket until it returns `None` (or the
 //!    socket is full: the messages wait inside the machine, bounded); a relay
 //!    with an overflow configured also drains `poll_spill()` into its
-//!    overflow store;
+//!    overflow store. On a real link, hand the socket at most one chunk's
+//!    worth between two completed flushes and tell the machine the chunk
+//!    size with `set_chunk_size`, both from a [`proto::pacer::SendPacer`]
+//!    fed with what the socket did: whatever the socket holds, a cancel's
+//!    answer waits behind (the `rt` drivers do this);
 //! 3. drain `poll_event()` and act on each event (read bodies with
 //!    `read_body` on `Readable`, answer requests, hand stored bytes back with
 //!    `refill` on `Refill`, …);

@@ -238,6 +238,20 @@ mod tests {
         }
     }
 
+    /// Batches of the chunk size, each flushed at once, until the chunk
+    /// is 1 MiB; fails past `limit` bytes.
+    fn grow_unhindered(p: &mut SendPacer, now: &mut Instant, limit: usize) {
+        let mut sent = 0;
+        while p.chunk_size() < 1 << 20 {
+            assert!(sent < limit, "{sent} bytes sent, chunk {}", p.chunk_size());
+            let n = p.chunk_size();
+            p.on_sent(n, *now);
+            sent += n;
+            *now += Duration::from_micros(10);
+            p.on_flushed(*now);
+        }
+    }
+
     #[test]
     fn a_fast_socket_grows_the_chunk_to_its_maximum() {
         let mut p = SendPacer::new(1 << 20);
@@ -245,19 +259,7 @@ mod tests {
         assert_eq!(p.chunk_size(), MIN_CHUNK);
         // Two unhindered chunks past what a socket takes at once double it:
         // 2 KiB to 1 MiB within 3 MiB.
-        let mut sent = 0;
-        while p.chunk_size() < 1 << 20 {
-            assert!(
-                sent < 3 << 20,
-                "{sent} bytes sent, chunk {}",
-                p.chunk_size()
-            );
-            let n = p.chunk_size();
-            p.on_sent(n, now);
-            sent += n;
-            now += Duration::from_micros(10);
-            p.on_flushed(now);
-        }
+        grow_unhindered(&mut p, &mut now, 3 << 20);
         assert!(p.rate().is_some());
     }
 
@@ -300,18 +302,7 @@ mod tests {
             now - start
         );
         // Faster again: unblocked flushes double it back within 4 MiB.
-        let mut sent = 0;
-        while p.chunk_size() < 1 << 20 {
-            assert!(
-                sent < 4 << 20,
-                "{sent} bytes sent, chunk {}",
-                p.chunk_size()
-            );
-            let n = p.chunk_size();
-            p.on_sent(n, now);
-            p.on_flushed(now);
-            sent += n;
-        }
+        grow_unhindered(&mut p, &mut now, 4 << 20);
     }
 
     #[test]
