@@ -54,9 +54,16 @@ pub fn set_unsent_lowat(tcp: &TcpStream, bytes: u32) -> io::Result<()> {
 }
 
 /// `MSG_EOR` (Linux's value): the kernel appends nothing more to the
-/// segment this write ends.
+/// segment this write ends; with `MSG_NOSIGNAL` (0x4000), as std and tokio
+/// send: a write to a reset connection is an `EPIPE` error, never a
+/// `SIGPIPE` that kills a host which restored the default handler.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-const MSG_EOR: i32 = 0x80;
+const SEND_FLAGS: i32 = 0x80 | 0x4000;
+
+/// At most this many slices per write (Linux's `IOV_MAX`); the rest goes
+/// in the next write, as std and mio do.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const MAX_SLICES: usize = 1024;
 
 /// A TCP stream that keeps what the kernel holds unsent a few milliseconds
 /// long: the worker's dial ([`DialStream`](crate::ws::DialStream)) and the
@@ -97,14 +104,15 @@ impl PacedTcp {
     }
 
     /// The TCP stream inside.
-    // Public through `ws` (feature `tungstenite`); the server alone keeps
-    // its streams to itself.
+    // Public as `ws::PacedTcp` (feature `tungstenite`); the server alone
+    // keeps its streams to itself.
     #[cfg_attr(not(feature = "tungstenite"), allow(dead_code))]
     pub fn get_ref(&self) -> &TcpStream {
         &self.tcp
     }
 
-    /// The mark set now, in bytes.
+    /// The mark set now, in bytes (elsewhere than Linux and Android, where
+    /// the option is not set, what it would be).
     #[cfg_attr(not(feature = "tungstenite"), allow(dead_code))]
     pub fn unsent_lowat(&self) -> u32 {
         self.lowat
@@ -141,7 +149,8 @@ impl PacedTcp {
             ready!(self.tcp.poll_write_ready(cx))?;
             #[cfg(any(target_os = "linux", target_os = "android"))]
             let sent = self.tcp.try_io(Interest::WRITABLE, || {
-                socket2::SockRef::from(&self.tcp).send_vectored_with_flags(bufs, MSG_EOR)
+                let bufs = &bufs[..bufs.len().min(MAX_SLICES)];
+                socket2::SockRef::from(&self.tcp).send_vectored_with_flags(bufs, SEND_FLAGS)
             });
             #[cfg(not(any(target_os = "linux", target_os = "android")))]
             let sent = self.tcp.try_write_vectored(bufs);

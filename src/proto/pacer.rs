@@ -17,8 +17,9 @@
 //! sees of its socket (bytes handed over, a write that had to wait, a flush
 //! that completed) with the time, and feeds
 //! [`SendPacer::chunk_size`] to the machine's `set_chunk_size`. A fast link
-//! never makes the socket wait, so the chunk doubles after every such flush
-//! and loopback keeps 1 MiB chunks; a new connection starts at
+//! never makes the socket wait: each time two chunks and [`ABSORB`] went
+//! without a wait, at least as fast as the doubled chunk's rate, the chunk
+//! doubles, so loopback keeps 1 MiB chunks; a new connection starts at
 //! [`MIN_CHUNK`], the way TCP starts with a small window.
 //!
 //! ```
@@ -80,8 +81,12 @@ pub struct SendPacer {
     unflushed: usize,
     /// Whether the socket made us wait since the last completed flush.
     batch_blocked: bool,
-    /// Bytes flushed without a wait since the socket last made us wait.
+    /// Bytes flushed without a wait since the socket last made us wait,
+    /// and when the first of them was handed over.
     free_run: usize,
+    free_start: Option<Instant>,
+    /// When the batch in flight started.
+    batch_start: Option<Instant>,
     /// The stretch of sending being measured: when it started, the bytes
     /// flushed in it, and whether the socket made us wait in it.
     window: Option<(Instant, usize, bool)>,
@@ -104,6 +109,8 @@ impl SendPacer {
             unflushed: 0,
             batch_blocked: false,
             free_run: 0,
+            free_start: None,
+            batch_start: None,
             window: None,
             last_flush: None,
         }
@@ -143,15 +150,18 @@ impl SendPacer {
                 // After a pause, what went without a wait before it says
                 // nothing about the link now: small answers trickling over
                 // a slow link must not add up to a "fast" verdict.
-                self.free_run = 0;
+                self.reset_free_run();
             }
+        }
+        if self.unflushed == 0 {
+            self.batch_start = Some(now);
         }
         self.unflushed = self.unflushed.saturating_add(n);
     }
 
     /// The socket made us wait (a write or a flush was not ready).
     pub fn on_blocked(&mut self) {
-        self.free_run = 0;
+        self.reset_free_run();
         if self.unflushed > 0 {
             self.batch_blocked = true;
         }
@@ -165,16 +175,22 @@ impl SendPacer {
     pub fn on_flushed(&mut self, now: Instant) {
         let n = std::mem::take(&mut self.unflushed);
         self.last_flush = Some(now);
+        let batch_start = self.batch_start.take();
         if std::mem::take(&mut self.batch_blocked) {
-            self.free_run = 0;
+            self.reset_free_run();
         } else {
             self.free_run = self.free_run.saturating_add(n);
-            if self.free_run >= self.chunk.saturating_mul(2).saturating_add(ABSORB) {
+            let start = *self.free_start.get_or_insert(batch_start.unwrap_or(now));
+            let doubled = self.chunk.saturating_mul(2).min(self.max);
+            if self.free_run >= self.chunk.saturating_mul(2).saturating_add(ABSORB)
+                && pace(self.free_run, now.saturating_duration_since(start)) >= rate_for(doubled)
+            {
                 // Two chunks went without a wait, past what any socket
-                // takes at once: the link is not the limit at this size.
-                // Grow, as TCP's slow start does.
-                self.free_run = 0;
-                self.chunk = self.chunk.saturating_mul(2).min(self.max);
+                // takes at once, and fast: the link is not the limit at
+                // this size. Grow, as TCP's slow start does. (A trickle of
+                // small answers that never fills a slow link is not fast.)
+                self.reset_free_run();
+                self.chunk = doubled;
                 self.rate = self.rate.max(rate_for(self.chunk));
             }
         }
@@ -206,6 +222,11 @@ impl SendPacer {
             .clamp(self.min, self.max);
     }
 
+    fn reset_free_run(&mut self) {
+        self.free_run = 0;
+        self.free_start = None;
+    }
+
     /// The driver has nothing more to send: the stretch being measured
     /// ends (time spent waiting for the application says nothing about
     /// the link).
@@ -214,6 +235,12 @@ impl SendPacer {
             self.window = None;
         }
     }
+}
+
+/// Bytes per second of `bytes` over `elapsed` (a zero time counts as 1 ns).
+fn pace(bytes: usize, elapsed: Duration) -> u64 {
+    let r = bytes as u128 * 1_000_000_000 / elapsed.as_nanos().max(1);
+    u64::try_from(r).unwrap_or(u64::MAX)
 }
 
 /// The rate at which `chunk` bytes are [`TARGET`] of data.
@@ -306,20 +333,23 @@ mod tests {
     }
 
     #[test]
-    fn an_application_slower_than_the_socket_still_gets_the_largest_chunks() {
+    fn an_application_slower_than_the_socket_gets_chunks_of_its_own_pace() {
         // On loopback the driver often runs dry (the app computes its body):
-        // idle gaps between unhindered batches do not hold the chunk back.
-        let mut p = SendPacer::new(1 << 20);
-        let mut now = Instant::now();
-        for _ in 0..200 {
-            for _ in 0..4 {
-                p.on_sent(16 << 10, now);
-                p.on_flushed(now);
+        // idle gaps between unhindered batches do not hold the chunk back,
+        // and the chunk is 4 ms of what the app makes.
+        for (per_ms, expect) in [(512usize << 10, 1 << 20), (64 << 10, 256 << 10)] {
+            let mut p = SendPacer::new(1 << 20);
+            let mut now = Instant::now();
+            for _ in 0..400 {
+                for _ in 0..4 {
+                    p.on_sent(per_ms / 4, now);
+                    p.on_flushed(now);
+                }
+                p.on_idle();
+                now += Duration::from_millis(1);
             }
-            p.on_idle();
-            now += Duration::from_millis(1);
+            assert_eq!(p.chunk_size(), expect, "{per_ms} bytes a millisecond");
         }
-        assert_eq!(p.chunk_size(), 1 << 20);
     }
 
     #[test]
@@ -355,6 +385,22 @@ mod tests {
             p.on_flushed(now);
             p.on_idle();
             now += Duration::from_millis(100);
+        }
+        assert_eq!(p.chunk_size(), MIN_CHUNK);
+    }
+
+    #[test]
+    fn a_steady_trickle_below_the_link_rate_does_not_grow_the_chunk() {
+        // 500 bytes every 5 ms (100 KB/s) on a slow link that never makes
+        // us wait at that pace, for a minute; then a bulk transfer starts:
+        // its first chunks stay small.
+        let mut p = SendPacer::new(1 << 20);
+        let mut now = Instant::now();
+        for _ in 0..12_000 {
+            p.on_sent(500, now);
+            p.on_flushed(now);
+            p.on_idle();
+            now += Duration::from_millis(5);
         }
         assert_eq!(p.chunk_size(), MIN_CHUNK);
     }

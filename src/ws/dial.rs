@@ -2,9 +2,10 @@
 //! network, then DNS, TCP, TLS (`wss://`, feature `rustls`) and the
 //! upgrade, each with its own cause when it fails.
 
-use super::stream::{DialStream, PacedTcp};
+use super::stream::DialStream;
 use super::{config, WsSocket, DIAL_READ_BUFFER, DIAL_TIMEOUT};
 use crate::connect::{Refused, RetryReason, Verdict, WorkerHandshake};
+use crate::send_lowat::PacedTcp;
 use std::fmt;
 use std::future::Future;
 use std::net::IpAddr;

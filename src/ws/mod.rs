@@ -50,7 +50,7 @@ mod stream;
 #[cfg(feature = "rustls")]
 mod tls;
 
-pub use crate::send_lowat::{set_unsent_lowat, UNSENT_LOWAT};
+pub use crate::send_lowat::{set_unsent_lowat, PacedTcp, MAX_UNSENT_LOWAT, UNSENT_LOWAT};
 pub use dial::{DialError, Dialer, Dialled, Target, TLS_COMPILED};
 pub use stream::DialStream;
 #[cfg(feature = "rustls")]

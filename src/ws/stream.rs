@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-pub use crate::send_lowat::PacedTcp;
+use crate::send_lowat::PacedTcp;
 
 /// A dialled connection's bytes: `ws://` over TCP, or `wss://` over
 /// rustls (feature `rustls`).

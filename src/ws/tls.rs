@@ -7,8 +7,8 @@
 //! other crate in the program installs another default.
 
 use super::dial::DialError;
-use super::stream::PacedTcp;
 use crate::connect::Refused;
+use crate::send_lowat::PacedTcp;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
