@@ -140,9 +140,13 @@ impl RelayConnection {
         if n == 0 || !s.body.is_reading() {
             return;
         }
+        // With an overflow, a body never holds `max_unread_chunks` in
+        // memory: that would pause reading the whole connection, and the
+        // chunk that would have spilled is never read (small chunks from a
+        // paced worker reach the count long before `memory_per_stream`).
         let spill = self.config.overflow.filter(|ov| {
             s.body.spilled() > 0
-                || s.body.chunks() >= self.config.common.max_unread_chunks
+                || s.body.chunks() + 1 >= self.config.common.max_unread_chunks
                 || s.body.bytes() + n > ov.memory_per_stream
                 || self.held.bytes + n > self.config.common.max_unread_bytes
         });
