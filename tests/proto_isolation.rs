@@ -186,6 +186,30 @@ fn a_slow_stream_spills_and_gets_everything_back_in_order() {
     assert_eq!(t.r.open_streams(), 0);
 }
 
+#[test]
+fn small_chunks_spill_before_they_pause_the_connection() {
+    // A paced worker's 2 KiB chunks reach `max_unread_chunks` (16) long
+    // before `memory_per_stream`: the relay spills rather than pause
+    // reading for everyone (the chunk that would have spilled was never
+    // read, until the read-pause bound gave the stream up).
+    let mut t = Relay::with_overflow(1 << 20, 1 << 30, 1 << 30);
+    let (k, wid) = t.open();
+    let body = pattern(200 * 2048);
+    for piece in body.chunks(2048) {
+        t.chunk(wid, piece);
+        assert!(t.r.wants_read(), "reading paused with an overflow at hand");
+    }
+    t.end(wid);
+    assert!(t.r.stats().body_buffered_in < 16 * 2048);
+    assert_eq!(
+        t.r.spilled(k) + t.r.stats().body_buffered_in,
+        body.len() as u64
+    );
+    let (got, last) = t.read(k);
+    assert_eq!(last, BodyRead::End);
+    assert!(got == body[..], "order or bytes differ");
+}
+
 const WAIT: Duration = Duration::from_millis(5);
 
 #[test]
