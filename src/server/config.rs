@@ -44,7 +44,8 @@ pub struct ServerConfig {
     /// a connection it accepted has not brought its first request, and how
     /// long it then waits for the requests of the connections still queued
     /// (see [`serve_with_shutdown`](super::serve_with_shutdown)). Default
-    /// 2 s.
+    /// 2 s; `Duration::ZERO` stops accepting at once (a connection
+    /// accepted just before the stop is then dropped).
     pub arrival_wait: Duration,
     /// Told when a graceful stop has closed its intake ([`Intake`]).
     /// Default none.
@@ -148,7 +149,9 @@ impl Intake {
         Intake::default()
     }
 
-    /// Resolves once the intake is closed (at once if it is already).
+    /// Resolves once the intake is closed (at once if it is already);
+    /// never if the server's future is dropped before its stop ends
+    /// ([`serve`](super::serve) has none).
     pub async fn closed(&self) {
         let mut closed = self.0.subscribe();
         // The sender lives in `self`: this cannot fail.
