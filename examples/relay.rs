@@ -29,12 +29,13 @@
 //! the requests in flight finish (at most `--grace SECS`, default 30), idle
 //! caller connections close, and each worker is closed with 1012 (service
 //! restart) as soon as its own streams are done, so it reconnects at once
-//! (to the next relay, or to this one restarted). The accept loop stops at
-//! a moment when every connection it has accepted has sent its request,
-//! and the workers go only once the requests of the connections still
-//! queued then have reached the gateway (each wait at most 2 s): behind a
-//! proxy that opens a connection per request, no request is dropped or
-//! answered 503 by a restart (`tests/e2e_rolling.rs`).
+//! (to the next relay, or to this one restarted). The accept loop
+//! (`serve_with_shutdown`) stops at a moment when every connection it has
+//! accepted has sent its request, and the workers go only once the
+//! requests of the connections still queued then have reached the gateway
+//! (its `Intake`; each wait at most 2 s): behind a proxy that opens a
+//! connection per request, no request is dropped or answered 503 by a
+//! restart (`tests/e2e_rolling.rs`).
 //!
 //! `--reuse-port` listens with `SO_REUSEPORT`, so a new relay process can
 //! take the same port while the old one drains (an in-place restart: the
@@ -64,19 +65,15 @@ mod runtime;
 #[path = "common/shutdown.rs"]
 mod shutdown;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 use worker_relay::connect::TokenTable;
 use worker_relay::frame::CloseCode;
 use worker_relay::gateway::{Gateway, CONNECT_PATH};
 use worker_relay::proto::{OverflowConfig, RelayConfig};
 use worker_relay::rt::TempFileOverflow;
-use worker_relay::server::{serve_with_shutdown, ServerConfig, ServerTls};
+use worker_relay::server::{serve_with_shutdown, Intake, ServerConfig, ServerTls};
 
 const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
                      [--tls-cert FILE --tls-key FILE] \
@@ -240,20 +237,15 @@ async fn run(
     }
     tokio::spawn(reload_on_sighup(gateway.clone(), tokens, tls));
     // Callers first, then the workers (the protocol has no "go away"
-    // frame): see `Arrivals` for why the order is timed by the callers'
-    // connections.
-    let arrivals = Arrivals::default();
+    // frame). The server stops accepting only when every connection it has
+    // accepted has brought its request, and its intake closes once the
+    // requests of the connections still queued then are in the gateway:
+    // `Gateway::drain` answers any request that comes after it 503.
+    let intake = Intake::new();
+    let server = server.intake(intake.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (closed, accept_closed) = tokio::sync::oneshot::channel::<()>();
-    let quiet = arrivals.clone();
-    let serving = serve_with_shutdown(listener, arrivals.wrap(gateway.service()), server, async {
+    let serving = serve_with_shutdown(listener, gateway.service(), server, async {
         let _ = stopped.await;
-        // A connection accepted but still to send its first request would
-        // be dropped by the stop: wait for a moment when there is none.
-        if !quiet.settled(ARRIVAL_WAIT).await {
-            tracing::warn!("a connection sent no request in time; stopping anyway");
-        }
-        let _ = closed.send(());
     });
     let mut serving = std::pin::pin!(serving);
     tokio::select! {
@@ -265,19 +257,10 @@ async fn run(
         ),
     }
     let _ = stop.send(());
-    // Until the accept loop has stopped: it then takes the connections
-    // still queued, each to serve one request, before it next waits.
     let served = tokio::select! {
         () = serving.as_mut() => true,
-        _ = accept_closed => false,
+        () = intake.closed() => false,
     };
-    // Those requests are in the gateway before the workers go: the drain
-    // answers any request that comes after it 503.
-    let served = served
-        || tokio::select! {
-            () = serving.as_mut() => true,
-            _ = arrivals.settled(ARRIVAL_WAIT) => false,
-        };
     let drained = async {
         if served {
             gateway.drain(grace, CloseCode::SERVICE_RESTART).await;
@@ -323,130 +306,6 @@ async fn reload_on_sighup(gateway: Gateway, tokens: String, tls: Option<ServerTl
                 Err(e) => tracing::error!("SIGHUP: kept the old certificate: {e}"),
             }
         }
-    }
-}
-
-/// The longest a drain waits for the callers' connections accepted before
-/// it to bring their first request (see [`Arrivals`]).
-const ARRIVAL_WAIT: Duration = Duration::from_secs(2);
-
-/// Counts the callers' connections that have not yet brought their first
-/// request to the gateway, so that a drain can be ordered by them:
-///
-/// - `serve_with_shutdown` drops a connection that it accepted but that has
-///   not sent its first request when the stop comes (and hyper closes one
-///   whose bytes it has not read yet). Behind a proxy that opens a
-///   connection for a request, that request fails; nginx then also marks
-///   the relay down (`max_fails`), moving its workers and callers to
-///   another relay. So the accept loop is stopped at a moment when every
-///   connection it has accepted has brought its request.
-/// - At the stop, the server takes the connections still in the listen
-///   queue, each to serve one request. `Gateway::drain` answers every new
-///   request 503 at once, so it starts only when those requests are in the
-///   gateway (their streams open).
-///
-/// Each wait is bounded ([`ARRIVAL_WAIT`]): a client that connects and
-/// sends nothing does not hold a drain up for longer.
-///
-/// The server clones the service once per connection and that clone once
-/// per request (hyper-util's `TowerToHyperService`): a clone of the
-/// service given to the server is a connection; the first poll of a
-/// request's future on it is its arrival.
-#[derive(Clone, Default)]
-struct Arrivals {
-    pending: Arc<tokio::sync::watch::Sender<usize>>,
-}
-
-impl Arrivals {
-    fn wrap<S>(&self, service: S) -> Counted<S> {
-        Counted {
-            inner: service,
-            arrivals: self.clone(),
-            connection: None,
-        }
-    }
-
-    /// Resolves once no connection is waiting to bring its first request;
-    /// false if that took longer than `within`.
-    async fn settled(&self, within: Duration) -> bool {
-        let mut pending = self.pending.subscribe();
-        let quiet = tokio::time::timeout(within, pending.wait_for(|n| *n == 0)).await;
-        quiet.is_ok()
-    }
-}
-
-/// A connection's share of [`Arrivals`]: pending until its first request
-/// has been polled once by the gateway, or until it is gone.
-struct Connection {
-    arrived: AtomicBool,
-    arrivals: Arrivals,
-}
-
-impl Connection {
-    fn arrived(&self) {
-        if !self.arrived.swap(true, Ordering::SeqCst) {
-            self.arrivals.pending.send_modify(|n| *n -= 1);
-        }
-    }
-}
-
-impl Drop for Connection {
-    fn drop(&mut self) {
-        self.arrived();
-    }
-}
-
-/// The gateway's service, counted by [`Arrivals`].
-struct Counted<S> {
-    inner: S,
-    arrivals: Arrivals,
-    /// `None` for the service given to the server; a connection's own
-    /// clone and its requests' clones share one.
-    connection: Option<Arc<Connection>>,
-}
-
-impl<S: Clone> Clone for Counted<S> {
-    fn clone(&self) -> Self {
-        let connection = self.connection.clone().or_else(|| {
-            self.arrivals.pending.send_modify(|n| *n += 1);
-            Some(Arc::new(Connection {
-                arrived: AtomicBool::new(false),
-                arrivals: self.arrivals.clone(),
-            }))
-        });
-        Counted {
-            inner: self.inner.clone(),
-            arrivals: self.arrivals.clone(),
-            connection,
-        }
-    }
-}
-
-impl<S, R> tower::Service<R> for Counted<S>
-where
-    S: tower::Service<R>,
-    S::Future: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: R) -> Self::Future {
-        let mut answer = Box::pin(self.inner.call(req));
-        let connection = self.connection.clone();
-        Box::pin(std::future::poll_fn(move |cx| {
-            let poll = answer.as_mut().poll(cx);
-            // Polled once, the gateway has passed its drain check and, for
-            // a connected worker, opened the request's stream.
-            if let Some(c) = &connection {
-                c.arrived();
-            }
-            poll
-        }))
     }
 }
 

@@ -20,14 +20,23 @@
 //! - **A header-read timeout** (10 s): a client that sends no complete
 //!   request head in time, including an idle keep-alive connection, is
 //!   closed (a slowloris holds nothing for long). An HTTP/2 connection is
-//!   pinged every 20 s and closed when a ping goes unanswered for 20 s.
+//!   pinged every 20 s and closed when a ping goes unanswered for 20 s,
+//!   and closed (GOAWAY) when it has had no stream open for 75 s
+//!   ([`ServerConfig::h2_idle_timeout`]): a client that keeps it idle does
+//!   not hold a connection slot for ever.
 //! - **A send timeout** (60 s): a connection whose writes make no progress
 //!   for that long is closed, as nginx's `send_timeout` (a caller or worker
 //!   that stopped reading holds nothing for long).
 //! - **Upgrades** are enabled, so a [`Gateway`](crate::gateway::Gateway)'s
 //!   workers can connect.
+//! - **A graceful stop drops no request**
+//!   ([`serve_with_shutdown`]): it stops accepting only once every
+//!   connection it accepted has brought its first request, serves one
+//!   request on each connection still queued, and says when all of those
+//!   are in ([`Intake`]), the moment for a gateway's drain.
 //! - A failing connection only ends itself; logging goes through `tracing`
-//!   and never panics.
+//!   and never panics. No configuration panics either (timeouts saturate
+//!   at [`MAX_TIMEOUT`], the cap at [`MAX_CONNECTIONS`]).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -42,17 +51,24 @@
 //! # }
 //! ```
 
+mod arrivals;
+mod config;
+mod h2_idle;
 mod peer;
 mod sniff;
 mod timed_io;
 #[cfg(feature = "rustls")]
 mod tls;
 
+pub use config::{Intake, ServerConfig, H2_KEEPALIVE, MAX_CONNECTIONS, MAX_TIMEOUT};
 pub use peer::PeerAddr;
 #[cfg(feature = "rustls")]
 pub use tls::{CertError, ServerTls};
 
 use crate::BoxError;
+use arrivals::{Arrivals, Counted, Pending};
+use config::saturate;
+use h2_idle::{Streams, Tracked};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -62,76 +78,13 @@ use sniff::{sniff, Protocol};
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use timed_io::TimedIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-
-/// How often an HTTP/2 connection is pinged, and how long its answer may
-/// take before the connection is closed.
-pub const H2_KEEPALIVE: Duration = Duration::from_secs(20);
-
-/// The limits of [`serve`].
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ServerConfig {
-    /// Connections open at once (HTTP connections; an upgraded worker
-    /// connection leaves the count). Default 10,000: keep it below the
-    /// process's file limit (`ulimit -n`).
-    pub max_connections: usize,
-    /// How long a client has to send a complete request head, from the
-    /// moment the server waits for one (a new connection, or a keep-alive
-    /// connection between requests). Default 10 s.
-    pub header_read_timeout: Duration,
-    /// How long a write may make no progress before the connection is
-    /// closed. Default 60 s.
-    pub send_timeout: Duration,
-    /// TLS on every connection (feature `rustls`). Default none: plain
-    /// TCP.
-    #[cfg(feature = "rustls")]
-    pub tls: Option<ServerTls>,
-}
-
-impl Default for ServerConfig {
-    fn default() -> ServerConfig {
-        ServerConfig {
-            max_connections: 10_000,
-            header_read_timeout: Duration::from_secs(10),
-            send_timeout: Duration::from_secs(60),
-            #[cfg(feature = "rustls")]
-            tls: None,
-        }
-    }
-}
-
-impl ServerConfig {
-    /// The defaults with a different connection cap.
-    pub fn max_connections(mut self, n: usize) -> ServerConfig {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// The defaults with a different header-read timeout.
-    pub fn header_read_timeout(mut self, t: Duration) -> ServerConfig {
-        self.header_read_timeout = t;
-        self
-    }
-
-    /// The defaults with a different send timeout.
-    pub fn send_timeout(mut self, t: Duration) -> ServerConfig {
-        self.send_timeout = t;
-        self
-    }
-
-    /// These settings with TLS on every connection.
-    #[cfg(feature = "rustls")]
-    pub fn tls(mut self, tls: ServerTls) -> ServerConfig {
-        self.tls = Some(tls);
-        self
-    }
-}
 
 /// Serves `service` on every connection `listener` accepts, forever (drop
 /// or abort the future to stop accepting; connections already open run on
@@ -151,14 +104,30 @@ where
 }
 
 /// [`serve`] until `shutdown` resolves, then a graceful stop, as hyper's
-/// and axum's: no new connection is accepted (the listener is dropped);
-/// each open HTTP connection finishes the request it is serving and then
-/// closes (HTTP/1.1: `Connection: close` on its response, or closed at
-/// once if idle; HTTP/2: GOAWAY, the streams in flight go on); a
-/// connection still in its TLS handshake or before its first request is
-/// dropped. Resolves when every HTTP connection is closed. Workers'
-/// upgraded connections are not HTTP connections any more: the gateway
-/// drains them ([`Gateway::drain`](crate::gateway::Gateway::drain)).
+/// and axum's, that drops no request:
+///
+/// 1. It goes on accepting until every connection it has accepted has
+///    brought its first request to `service` (at most
+///    [`ServerConfig::arrival_wait`], 2 s: a client that connects and sends
+///    nothing does not hold the stop up), then closes the listener. A
+///    connection accepted just before the stop, its request on the way,
+///    is served; behind a proxy that opens a connection per request, no
+///    request fails for a restart.
+/// 2. The connections the kernel has queued for the listener by then are
+///    taken and serve one request each (closed after it).
+/// 3. Each open HTTP connection finishes the request it is serving and
+///    then closes (HTTP/1.1: `Connection: close` on its response, or
+///    closed at once if idle; HTTP/2: GOAWAY, the streams in flight go
+///    on); one still in its TLS handshake or before its first request is
+///    dropped.
+/// 4. Once the requests of the connections taken in step 2 are in the
+///    service too (at most the arrival wait again), the
+///    [`ServerConfig::intake`] signal is given: start
+///    [`Gateway::drain`](crate::gateway::Gateway::drain) then, not before
+///    (it answers later requests 503).
+///
+/// Resolves when every HTTP connection is closed. Workers' upgraded
+/// connections are not HTTP connections any more: the gateway drains them.
 pub async fn serve_with_shutdown<S, B, F>(
     listener: TcpListener,
     service: S,
@@ -173,17 +142,22 @@ pub async fn serve_with_shutdown<S, B, F>(
     B::Error: Into<BoxError>,
     F: std::future::Future<Output = ()>,
 {
-    let max = config.max_connections.max(1);
+    let max = config.cap();
     let slots = Arc::new(Semaphore::new(max));
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let mut shutdown = std::pin::pin!(shutdown);
+    let arrivals = Arrivals::default();
+    let mut stopping = Stopping {
+        shutdown: std::pin::pin!(shutdown),
+        deadline: None,
+        wait: saturate(config.arrival_wait),
+    };
     let mut backoff = Duration::ZERO;
     loop {
         let permit = match slots.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
                 tracing::warn!(
-                    max = config.max_connections,
+                    max,
                     "at the connection cap: not accepting until a connection ends"
                 );
                 // The semaphore is never closed: this waits for a slot.
@@ -192,13 +166,13 @@ pub async fn serve_with_shutdown<S, B, F>(
                         Ok(p) => p,
                         Err(_) => continue,
                     },
-                    () = &mut shutdown => break,
+                    () = stopping.settled(&arrivals) => break,
                 }
             }
         };
         let accepted = tokio::select! {
             a = listener.accept() => a,
-            () = &mut shutdown => break,
+            () = stopping.settled(&arrivals) => break,
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => {
@@ -216,7 +190,16 @@ pub async fn serve_with_shutdown<S, B, F>(
                 continue;
             }
         };
-        spawn_connection(stream, peer, &service, &config, stop.clone(), permit, false);
+        let connection = arrivals.connection();
+        spawn_connection(
+            stream,
+            peer,
+            &service,
+            &config,
+            stop.clone(),
+            (permit, connection),
+            false,
+        );
     }
     // Connections the kernel completed for this listener but nobody has
     // taken yet would be reset when it closes: take them, and serve each
@@ -245,24 +228,83 @@ pub async fn serve_with_shutdown<S, B, F>(
             continue;
         };
         let (_never, unstopped) = tokio::sync::watch::channel(false);
-        spawn_connection(stream, peer, &service, &config, unstopped, permit, true);
+        let connection = arrivals.connection();
+        spawn_connection(
+            stream,
+            peer,
+            &service,
+            &config,
+            unstopped,
+            (permit, connection),
+            true,
+        );
     }
     let _ = stop_tx.send(true);
     tracing::info!("stopped accepting; waiting for the open HTTP connections to finish");
+    let intake = async {
+        if tokio::time::timeout(stopping.wait, arrivals.settled())
+            .await
+            .is_err()
+        {
+            tracing::warn!("a queued connection sent no request in time; closing the intake");
+        }
+        if let Some(intake) = &config.intake {
+            intake.close();
+        }
+    };
     // Every connection holds a slot until it is done.
-    let _ = slots.acquire_many(max as u32).await;
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    tokio::join!(intake, async {
+        let _ = slots.acquire_many(all).await;
+    });
 }
 
-/// Serves an accepted connection on a task of its own, holding `permit`;
-/// `one_request`: taken during the shutdown (HTTP/1.1 without keep-alive,
-/// HTTP/2 with a GOAWAY at once).
+/// The stop of [`serve_with_shutdown`]: the caller's signal, then a wait
+/// for the connections accepted to bring their request.
+struct Stopping<'a, F> {
+    shutdown: Pin<&'a mut F>,
+    /// Set when `shutdown` has resolved: the end of the wait.
+    deadline: Option<tokio::time::Instant>,
+    wait: Duration,
+}
+
+impl<F: std::future::Future<Output = ()>> Stopping<'_, F> {
+    /// Resolves once the signal has come and no connection accepted is
+    /// still to bring its first request, or the wait is over. Cancel-safe
+    /// (the accept loop polls it anew each time round).
+    async fn settled(&mut self, arrivals: &Arrivals) {
+        let deadline = match self.deadline {
+            Some(d) => d,
+            None => {
+                self.shutdown.as_mut().await;
+                let d = tokio::time::Instant::now() + self.wait;
+                self.deadline = Some(d);
+                tracing::info!(
+                    "stopping: accepting until every connection accepted has sent its request"
+                );
+                d
+            }
+        };
+        if tokio::time::timeout_at(deadline, arrivals.settled())
+            .await
+            .is_err()
+        {
+            tracing::warn!("a connection sent no request in time; stopping anyway");
+        }
+    }
+}
+
+/// Serves an accepted connection on a task of its own, holding `permit`,
+/// counted in the arrivals until its first request; `one_request`: taken
+/// during the shutdown (HTTP/1.1 without keep-alive, HTTP/2 with a GOAWAY
+/// at once).
 fn spawn_connection<S, B>(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     service: &S,
     config: &ServerConfig,
     stop: tokio::sync::watch::Receiver<bool>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    (permit, connection): (tokio::sync::OwnedSemaphorePermit, Arc<Pending>),
     one_request: bool,
 ) where
     S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
@@ -273,7 +315,7 @@ fn spawn_connection<S, B>(
     B::Error: Into<BoxError>,
 {
     let _ = stream.set_nodelay(true);
-    let service = service.clone();
+    let service = Counted::new(service.clone(), connection);
     let config = config.clone();
     tokio::spawn(async move {
         // What waits to be sent stays with the application's scheduler (the
@@ -281,12 +323,13 @@ fn spawn_connection<S, B>(
         // megabytes that a worker's cancel would queue behind.
         let io = TimedIo::new(
             crate::send_lowat::PacedTcp::new(stream),
-            config.send_timeout,
+            saturate(config.send_timeout),
         );
         #[cfg(feature = "rustls")]
         if let Some(tls) = &config.tls {
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.rustls_config());
-            match tokio::time::timeout(config.header_read_timeout, acceptor.accept(io)).await {
+            let handshake = saturate(config.header_read_timeout);
+            match tokio::time::timeout(handshake, acceptor.accept(io)).await {
                 Ok(Ok(io)) => serve_connection(io, peer, service, &config, stop, one_request).await,
                 Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
                 Err(_) => tracing::debug!("TLS handshake with {peer} timed out"),
@@ -317,7 +360,8 @@ async fn serve_connection<I, S, B>(
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let sniffing = tokio::time::timeout(config.header_read_timeout, sniff(io));
+    let header_read_timeout = saturate(config.header_read_timeout);
+    let sniffing = tokio::time::timeout(header_read_timeout, sniff(io));
     let sniffed = tokio::select! {
         s = sniffing => s,
         () = stopped(&mut stop) => return,
@@ -329,12 +373,13 @@ async fn serve_connection<I, S, B>(
         Err(_) => return tracing::debug!("{peer} sent no request in time"),
     };
     let io = TokioIo::new(io);
-    let service = TowerToHyperService::new(WithPeer::new(service, peer));
+    let service = WithPeer::new(service, peer);
     let served = match protocol {
         Protocol::Http1 => {
+            let service = TowerToHyperService::new(service);
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(config.header_read_timeout)
+                .header_read_timeout(header_read_timeout)
                 .keep_alive(!one_request)
                 .serve_connection(io, service)
                 .with_upgrades();
@@ -348,6 +393,8 @@ async fn serve_connection<I, S, B>(
             }
         }
         Protocol::Http2 => {
+            let streams = Streams::default();
+            let service = TowerToHyperService::new(Tracked::new(service, streams.clone()));
             let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .keep_alive_interval(Some(H2_KEEPALIVE))
@@ -363,9 +410,15 @@ async fn serve_connection<I, S, B>(
                 conn.as_mut().graceful_shutdown();
                 conn.await
             } else {
+                let idle = saturate(config.h2_idle_timeout);
                 tokio::select! {
                     r = conn.as_mut() => r,
                     () = stopped(&mut stop) => {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                    () = streams.idle_for(idle) => {
+                        tracing::debug!("closing the HTTP/2 connection with {peer}: idle for {idle:?}");
                         conn.as_mut().graceful_shutdown();
                         conn.await
                     }
