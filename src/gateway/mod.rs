@@ -28,9 +28,11 @@
 //! after the head the [`GatewayBody`] owns the upload, so dropping it
 //! aborts an unfinished upload too. What is left of the caller's body is
 //! then read and discarded for at most
-//! [`GatewayBuilder::lingering_time`], as nginx does, so that a caller
+//! [`GatewayBuilder::lingering_time`] and
+//! [`GatewayBuilder::lingering_bytes`], as nginx does, so that a caller
 //! still sending (a large POST its worker answered 401) reads its answer
-//! rather than a reset.
+//! rather than a reset. The relay's own refusals (404, 503, 405, 400)
+//! discard the body they leave unread the same way.
 //!
 //! [`Gateway::service`] is both behind one service (by path: the connect
 //! path and everything under it to [`Connect`]), ready for
@@ -130,6 +132,7 @@ struct Inner {
     send_timeout: Duration,
     response_head_timeout: Option<Duration>,
     lingering_time: Duration,
+    lingering_bytes: u64,
     reconnect_wait: Duration,
     /// The authorisation hook, for tokens the table does not hold.
     authorize: Option<authorize::Authorizer>,
@@ -154,6 +157,7 @@ pub struct GatewayBuilder {
     send_timeout: Duration,
     response_head_timeout: Option<Duration>,
     lingering_time: Duration,
+    lingering_bytes: u64,
     reconnect_wait: Duration,
     duplicates: DuplicatePolicy,
     presence_capacity: usize,
@@ -233,11 +237,28 @@ impl GatewayBuilder {
     /// discarded once the worker no longer needs it (it answered without
     /// reading it all, the stream failed, or the request was dropped),
     /// so that the caller reads its answer rather than a reset (default
-    /// 30 s, as nginx's `lingering_time`). It ends sooner when the body
-    /// does, or when the caller sends nothing for the upload timeout;
-    /// zero lets go of the body at once.
+    /// 30 s, as nginx's `lingering_time`); the body of a request the relay
+    /// refuses itself (404, 503, 405, 400) too. It ends sooner when the
+    /// body does, when the caller sends nothing for the upload timeout, or
+    /// past [`GatewayBuilder::lingering_bytes`]; zero lets go of the body
+    /// at once.
     pub fn lingering_time(mut self, time: Duration) -> Self {
         self.lingering_time = time;
+        self
+    }
+
+    /// The most of a caller's request body read and discarded once the
+    /// worker, or the relay, no longer needs it (default
+    /// [`LINGERING_BYTES`], 1 GiB): past it, or for a body whose
+    /// `Content-Length` is larger, the connection is let go at once (the
+    /// caller may then see a reset rather than its answer). The relay's
+    /// own refusals (404 for an unknown worker, 503 for one not connected
+    /// or a draining relay, 405, 400) discard what the caller sends within
+    /// this bound and [`GatewayBuilder::lingering_time`] too, so that a
+    /// caller that writes its whole body before it reads (Python's
+    /// `http.client`, many SDKs) reads its answer.
+    pub fn lingering_bytes(mut self, bytes: u64) -> Self {
+        self.lingering_bytes = bytes;
         self
     }
 
@@ -364,6 +385,7 @@ impl GatewayBuilder {
                 send_timeout: self.send_timeout,
                 response_head_timeout: self.response_head_timeout,
                 lingering_time: self.lingering_time,
+                lingering_bytes: self.lingering_bytes,
                 reconnect_wait: self.reconnect_wait,
                 authorize,
                 draining: Default::default(),
@@ -407,6 +429,7 @@ impl Gateway {
             send_timeout: Duration::from_secs(60),
             response_head_timeout: None,
             lingering_time: Duration::from_secs(30),
+            lingering_bytes: LINGERING_BYTES,
             reconnect_wait: RECONNECT_WAIT,
             duplicates: DuplicatePolicy::default(),
             presence_capacity: 256,
@@ -568,6 +591,10 @@ impl Gateway {
     }
 }
 
+/// The most of a caller's body discarded, by default (see
+/// [`GatewayBuilder::lingering_bytes`]).
+pub const LINGERING_BYTES: u64 = 1 << 30;
+
 /// How long a request for a known worker that is not connected waits for
 /// it, by default (see [`GatewayBuilder::reconnect_wait`]).
 pub const RECONNECT_WAIT: Duration = Duration::from_secs(10);
@@ -581,6 +608,17 @@ pub const REVOKED: &str = "token revoked";
 pub use crate::connect::REPLACED;
 
 impl Inner {
+    /// The deadlines of a caller's upload, and of discarding what is left
+    /// of it.
+    fn deadlines(&self) -> upload::Deadlines {
+        upload::Deadlines {
+            upload: self.upload_timeout,
+            send: self.send_timeout,
+            linger: self.lingering_time,
+            linger_bytes: self.lingering_bytes,
+        }
+    }
+
     /// Whether `worker` is one callers may ask for: in the token table, or
     /// let in by the authorisation hook before.
     fn knows(&self, worker: &str) -> bool {
