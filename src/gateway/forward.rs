@@ -92,7 +92,7 @@ where
     let (upload, resp) = loop {
         tries += 1;
         let again = tries < MAX_TRIES;
-        let Some(handle) = connected(inner, worker.as_str()).await else {
+        let Some(handle) = connected(inner, &worker).await else {
             return retry_soon(answer(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "worker not connected",
@@ -226,33 +226,21 @@ where
 }
 
 /// `worker`'s connection; if it has none, the first one it makes within
-/// the reconnect wait (none while the gateway drains).
-async fn connected(inner: &Inner, worker: &str) -> Option<crate::rt::RelayHandle> {
-    if let Some(handle) = inner.registry.handle(worker) {
+/// the reconnect wait (none while the gateway drains). The wait is woken
+/// by `worker`'s own news only.
+async fn connected(inner: &Inner, worker: &WorkerId) -> Option<crate::rt::RelayHandle> {
+    if let Some(handle) = inner.registry.handle(worker.as_str()) {
         return Some(handle);
     }
     let wait = inner.reconnect_wait;
     if wait.is_zero() {
         return None;
     }
-    // Subscribed before looking again: a connection made in between is
-    // either seen now or announced.
-    let mut news = inner.registry.subscribe();
     let deadline = after(tokio::time::Instant::now(), wait);
-    loop {
-        if inner.draining.load(std::sync::atomic::Ordering::SeqCst) {
-            return None;
-        }
-        if let Some(handle) = inner.registry.handle(worker) {
-            return Some(handle);
-        }
-        match tokio::time::timeout_at(deadline, news.recv()).await {
-            Err(_) => return None,
-            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return None,
-            // News of it or of others, or missed news: look again.
-            Ok(_) => {}
-        }
-    }
+    inner
+        .registry
+        .wait_for(worker, deadline, &inner.draining)
+        .await
 }
 
 /// How a failed upload ended the stream, for the metrics and the log.

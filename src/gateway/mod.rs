@@ -73,18 +73,24 @@ mod accept;
 mod access;
 mod authorize;
 mod body;
+mod forget;
 mod forward;
 #[cfg(feature = "metrics")]
 mod meters;
 mod overflow_log;
 mod registry;
+#[cfg(test)]
+mod tests;
 mod upload;
 
 pub use accept::AttachError;
 pub use access::ACCESS_TARGET;
 pub use authorize::{AuthorizeFuture, Presented};
 pub use body::GatewayBody;
-pub use registry::{DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLAP_WINDOW};
+pub use forget::FORGET_AFTER;
+pub use registry::{
+    DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLAP_WINDOW, MAX_PRESENCE_CAPACITY,
+};
 
 use crate::connect::{ConnectTarget, TokenTable, UrlMap, WorkerId};
 use crate::frame::{CloseCode, Message};
@@ -136,6 +142,8 @@ struct Inner {
     reconnect_wait: Duration,
     /// The authorisation hook, for tokens the table does not hold.
     authorize: Option<authorize::Authorizer>,
+    /// The workers the hook let in, and when to forget workers that left.
+    forgetting: forget::Forgetting,
     registry: Registry,
     /// Set by [`Gateway::drain`]: no new worker, no new request.
     draining: std::sync::atomic::AtomicBool,
@@ -165,6 +173,7 @@ pub struct GatewayBuilder {
     replace_grace: Duration,
     authorize: Option<authorize::Authorizer>,
     authorize_timeout: Duration,
+    forget_after: Duration,
 }
 
 impl GatewayBuilder {
@@ -358,9 +367,24 @@ impl GatewayBuilder {
     }
 
     /// How many [`Presence`] events a slow subscriber may lag behind before
-    /// it misses some (default 256).
+    /// it misses some (default 256, at most [`MAX_PRESENCE_CAPACITY`]: a
+    /// larger number is that one).
     pub fn presence_capacity(mut self, n: usize) -> Self {
         self.presence_capacity = n;
+        self
+    }
+
+    /// How long the gateway remembers a worker that is not connected
+    /// (default [`FORGET_AFTER`], 1 hour): a worker the authorisation hook
+    /// let in counts as known (its callers wait for its reconnect rather
+    /// than get 404) until it has been gone this long, and what is kept
+    /// per worker (why its last connection ended, its flap damping record,
+    /// its metric handles) goes then too, so that a hook letting in ever
+    /// new ids does not grow the gateway without bound. Measured from when
+    /// its last connection ended, or when the hook let it in if it never
+    /// connected.
+    pub fn forget_after(mut self, after: Duration) -> Self {
+        self.forget_after = after;
         self
     }
 
@@ -388,6 +412,7 @@ impl GatewayBuilder {
                 lingering_bytes: self.lingering_bytes,
                 reconnect_wait: self.reconnect_wait,
                 authorize,
+                forgetting: forget::Forgetting::new(self.forget_after),
                 draining: Default::default(),
                 alive: Arc::new(()),
                 #[cfg(feature = "metrics")]
@@ -437,6 +462,7 @@ impl Gateway {
             replace_grace: Duration::from_secs(30),
             authorize: None,
             authorize_timeout: Duration::from_secs(5),
+            forget_after: FORGET_AFTER,
         }
     }
 
@@ -518,10 +544,16 @@ impl Gateway {
     }
 
     /// Replaces the token table at once, for new handshakes and callers'
-    /// requests (a worker no longer in it is unknown: 404). Every connected
-    /// worker whose token was revoked (no longer in the table, or changed)
-    /// is closed with 1008 ("token revoked") at once; every other
-    /// connection is untouched. Returns the workers closed.
+    /// requests (a worker no longer in it is unknown: 404, unless the
+    /// authorisation hook let it in). Every connected worker whose token
+    /// was revoked (in the old table, and no longer in the new one, or
+    /// changed) is closed with 1008 ("token revoked") at once: revoking is
+    /// a security action, so the requests in flight on that connection fail
+    /// (502, or a response cut short), as the worker is cut off. Every other
+    /// connection is untouched, the workers the authorisation hook let in
+    /// too (no table decided them: revoke one by closing it,
+    /// [`Gateway::handle`], and having the hook refuse it from then on).
+    /// Returns the workers closed.
     pub fn replace_tokens(&self, tokens: TokenTable) -> Vec<WorkerId> {
         let new = Arc::new(tokens);
         let old = std::mem::replace(
@@ -529,17 +561,19 @@ impl Gateway {
             new.clone(),
         );
         let mut revoked = Vec::new();
-        for worker in self.inner.registry.workers() {
-            if !old.same_token(&new, worker.as_str()) {
-                if let Some(handle) = self.inner.registry.handle(worker.as_str()) {
-                    tracing::info!(
-                        "worker {worker}: its token was revoked; closing its connection"
-                    );
-                    handle.close(CloseCode::POLICY_VIOLATION, REVOKED);
-                    revoked.push(worker);
-                }
+        for (worker, handle) in self.inner.registry.by_table() {
+            let w = worker.as_str();
+            if old.contains(w) && !old.same_token(&new, w) {
+                tracing::info!("worker {worker}: its token was revoked; closing its connection");
+                handle.close(CloseCode::POLICY_VIOLATION, REVOKED);
+                revoked.push(worker);
             }
         }
+        // What is kept about the workers the table dropped goes in time.
+        for worker in old.workers().filter(|w| !new.contains(w.as_str())) {
+            self.inner.forgetting.left(worker);
+        }
+        self.inner.sweep();
         revoked
     }
 }
@@ -558,9 +592,14 @@ impl Gateway {
     pub async fn drain(&self, grace: Duration, code: CloseCode) {
         use std::sync::atomic::Ordering;
         self.inner.draining.store(true, Ordering::SeqCst);
+        // Requests waiting for a worker's reconnect: 503 now.
+        self.inner.registry.release_waiters();
         let start = tokio::time::Instant::now();
-        let deadline = start + grace;
-        let give_up = deadline + self.inner.relay.close_timeout() + Duration::from_secs(1);
+        let deadline = upload::after(start, grace);
+        let give_up = upload::after(
+            deadline,
+            self.inner.relay.close_timeout() + Duration::from_secs(1),
+        );
         loop {
             let now = tokio::time::Instant::now();
             for worker in self.inner.registry.workers() {
@@ -622,8 +661,28 @@ impl Inner {
     /// Whether `worker` is one callers may ask for: in the token table, or
     /// let in by the authorisation hook before.
     fn knows(&self, worker: &str) -> bool {
-        self.tokens().contains(worker)
-            || self.authorize.as_ref().is_some_and(|a| a.admitted(worker))
+        if self.tokens().contains(worker) {
+            return true;
+        }
+        if self.authorize.is_none() {
+            return false;
+        }
+        self.sweep();
+        self.forgetting.admitted(worker)
+    }
+
+    /// Forgets the workers gone for the forget time (see
+    /// [`GatewayBuilder::forget_after`]).
+    fn sweep(&self) {
+        for worker in self
+            .forgetting
+            .due(|w| self.registry.handle(w).is_some())
+        {
+            tracing::debug!("worker {worker}: gone for a while; forgotten");
+            self.registry.forget(&worker);
+            #[cfg(feature = "metrics")]
+            self.meters.forget(worker.as_str());
+        }
     }
 
     fn tokens(&self) -> Arc<TokenTable> {
