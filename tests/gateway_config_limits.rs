@@ -74,16 +74,17 @@ async fn an_endless_flap_window_damps_without_panicking() {
         let (relay_side, worker_side) = mem::socket_pair();
         let g = gateway.clone();
         tokio::spawn(async move {
-            let _ = g
-                .attach(WorkerId::new("abc").unwrap(), relay_side)
-                .await;
+            let _ = g.attach(WorkerId::new("abc").unwrap(), relay_side).await;
         });
         keep.push(worker_side);
         let connected = tokio::time::timeout(Duration::from_secs(10), news.recv())
             .await
             .expect("abc connects")
             .unwrap();
-        assert!(matches!(connected, Presence::Connected { .. }), "{connected:?}");
+        assert!(
+            matches!(connected, Presence::Connected { .. }),
+            "{connected:?}"
+        );
     }
     // The second connection replaced the first.
     let req = Request::get("/connect")

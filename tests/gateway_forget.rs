@@ -56,7 +56,10 @@ async fn the_hooks_workers_are_forgotten_an_hour_after_they_left() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(status(&gateway, "db1").await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        status(&gateway, "db1").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
     tokio::time::advance(Duration::from_secs(3599)).await;
     assert_eq!(
         status(&gateway, "db1").await,
@@ -71,12 +74,18 @@ async fn the_hooks_workers_are_forgotten_an_hour_after_they_left() {
     );
     // The table's workers are the table's: known for as long as it holds
     // them.
-    assert_eq!(status(&gateway, "abc").await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        status(&gateway, "abc").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
     // Let in again: known again.
     gateway
         .connect()
         .call(upgrade("db-db1-0123456789"))
         .await
         .unwrap();
-    assert_eq!(status(&gateway, "db1").await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        status(&gateway, "db1").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
 }

@@ -306,10 +306,12 @@ where
         inner.relay.clone(),
         inner.overflow.clone(),
     );
-    let registered =
-        inner
-            .registry
-            .register(worker.clone(), handle.clone(), decided.peer, decided.by_hook);
+    let registered = inner.registry.register(
+        worker.clone(),
+        handle.clone(),
+        decided.peer,
+        decided.by_hook,
+    );
     inner.sweep();
     let Some(registration) = registered else {
         // Refused after the 101 (a race with another connection, or a

@@ -61,7 +61,10 @@ impl Meters {
     /// How many workers have handles.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.by_worker.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.by_worker
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 }
 

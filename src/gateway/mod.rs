@@ -322,9 +322,11 @@ impl GatewayBuilder {
     /// worker (refused 401 if the URL names another) or the status to
     /// refuse with; an answer later than
     /// [`GatewayBuilder::authorize_timeout`] is refused 503 (the worker
-    /// retries). A worker the hook let in counts as known from then on:
+    /// retries). A worker the hook let in counts as known from then on,
+    /// until it has been gone for [`GatewayBuilder::forget_after`]:
     /// callers' requests for it wait for its reconnect rather than get 404.
-    /// Revoke one by closing its connection ([`Gateway::handle`]) and
+    /// A token table change never closes it ([`Gateway::replace_tokens`]):
+    /// revoke one by closing its connection ([`Gateway::handle`]) and
     /// refusing it from then on.
     ///
     /// Any stranger can make the gateway call the hook, once per handshake:
@@ -674,10 +676,7 @@ impl Inner {
     /// Forgets the workers gone for the forget time (see
     /// [`GatewayBuilder::forget_after`]).
     fn sweep(&self) {
-        for worker in self
-            .forgetting
-            .due(|w| self.registry.handle(w).is_some())
-        {
+        for worker in self.forgetting.due(|w| self.registry.handle(w).is_some()) {
             tracing::debug!("worker {worker}: gone for a while; forgotten");
             self.registry.forget(&worker);
             #[cfg(feature = "metrics")]

@@ -82,7 +82,9 @@ async fn connect(gateway: &Gateway, worker: &str) -> (Mem, tokio::task::JoinHand
 }
 
 fn get(worker: &str) -> Request<Empty<Bytes>> {
-    Request::get(format!("/w/{worker}/")).body(Empty::new()).unwrap()
+    Request::get(format!("/w/{worker}/"))
+        .body(Empty::new())
+        .unwrap()
 }
 
 /// Eight requests wait for `a`; `b` connects and leaves twenty times.
@@ -152,7 +154,10 @@ async fn waiters_get_their_workers_connection() {
         let mut forward = gateway.forward();
         waiting.push(tokio::spawn(async move { forward.call(get("a")).await }));
     }
-    until("four waiters", || registry.wakeups.load(Ordering::SeqCst) == 4).await;
+    until("four waiters", || {
+        registry.wakeups.load(Ordering::SeqCst) == 4
+    })
+    .await;
     let (_worker_side, _task) = connect(&gateway, "a").await;
     until("the requests on a's connection", || {
         gateway.stats("a").is_some_and(|s| s.streams_open == 4)
@@ -272,4 +277,3 @@ async fn a_connected_worker_is_not_forgotten() {
     tokio::time::advance(Duration::from_secs(2)).await;
     assert!(!gateway.inner.knows("h1"));
 }
-
