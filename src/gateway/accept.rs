@@ -59,13 +59,13 @@ async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Respo
         return resp;
     }
     let table = inner.tokens();
-    let worker = match decide(inner, &table, &req, peer) {
-        Ok(worker) => worker,
+    let (worker, by_hook) = match decide(inner, &table, &req, peer) {
+        Ok(worker) => (worker, false),
         Err(Undecided::Refused(refusal)) => return *refusal,
         // Not the request itself across the await: its body need not be
         // `Sync`.
         Err(Undecided::AskHook(presented)) => match ask_hook(inner, presented).await {
-            Ok(worker) => worker,
+            Ok(worker) => (worker, true),
             Err(refusal) => return *refusal,
         },
     };
@@ -115,9 +115,12 @@ async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Respo
         // sends (a response body), without holding a large buffer per idle
         // worker.
         let socket = WsSocket::server(ReadAhead::new(TokioIo::new(upgraded))).await;
+        // A worker the hook let in is the hook's to revoke: no table
+        // decided it, so no table change closes it.
         let decided = Decided {
-            table: Some(table),
+            table: (!by_hook).then_some(table),
             peer,
+            by_hook,
         };
         let _ = attach(&inner2, worker, socket, decided).await;
     });
@@ -232,7 +235,12 @@ fn decide<B>(
 async fn ask_hook(inner: &Inner, presented: Presented) -> Result<WorkerId, Refusal> {
     let hook = inner.authorize.as_ref().expect("asked only with a hook");
     let peer = presented.peer;
-    hook.decide(presented).await.map_err(|status| {
+    let decided = hook.decide(presented).await;
+    if let Ok(worker) = &decided {
+        inner.forgetting.admit(worker);
+        inner.sweep();
+    }
+    decided.map_err(|status| {
         tracing::info!(
             "refused a worker{}: the authorisation hook answered {status}",
             from(peer)
@@ -270,11 +278,13 @@ fn from(peer: Option<SocketAddr>) -> String {
 }
 
 /// How a connection was let in: the token table its handshake was decided
-/// with, and its peer's address.
+/// with (none for the hook's or [`Gateway::attach`](super::Gateway::attach)'s), its
+/// peer's address, and whether the authorisation hook let it in.
 #[derive(Default)]
 pub(super) struct Decided {
     pub table: Option<Arc<TokenTable>>,
     pub peer: Option<std::net::SocketAddr>,
+    pub by_hook: bool,
 }
 
 /// Drives `socket` as `worker`'s connection until it ends, registered in
@@ -296,10 +306,14 @@ where
         inner.relay.clone(),
         inner.overflow.clone(),
     );
-    let Some(registration) = inner
-        .registry
-        .register(worker.clone(), handle.clone(), decided.peer)
-    else {
+    let registered = inner.registry.register(
+        worker.clone(),
+        handle.clone(),
+        decided.peer,
+        decided.by_hook,
+    );
+    inner.sweep();
+    let Some(registration) = registered else {
         // Refused after the 101 (a race with another connection, or a
         // socket given to `attach`): say so with a close, not a bare drop.
         // The connection's close deadline bounds the wait.
@@ -344,6 +358,9 @@ where
                     r.reason
                 );
             }
+            drop(r);
+            inner.forgetting.left(&worker);
+            inner.sweep();
         }
         polled
     })

@@ -3,11 +3,10 @@
 
 use crate::connect::WorkerId;
 use http::StatusCode;
-use std::collections::HashSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What a worker presented in its handshake, for an authorisation hook
@@ -46,14 +45,11 @@ pub type AuthorizeFuture = Pin<Box<dyn Future<Output = Result<WorkerId, StatusCo
 
 type Hook = dyn Fn(Presented) -> AuthorizeFuture + Send + Sync;
 
-/// The hook, its time limit, and the workers it has let in.
+/// The hook and its time limit. The workers it let in are the gateway's
+/// to remember (and forget: `forget.rs`).
 pub(super) struct Authorizer {
     hook: Arc<Hook>,
     pub timeout: Duration,
-    /// Every worker the hook has let in: callers' requests for them are
-    /// for a known worker (they wait for its reconnect, as a table
-    /// worker's do), not 404.
-    admitted: Mutex<HashSet<WorkerId>>,
 }
 
 impl Authorizer {
@@ -65,7 +61,6 @@ impl Authorizer {
         Authorizer {
             hook: Arc::new(move |p| Box::pin(hook(p)) as AuthorizeFuture),
             timeout,
-            admitted: Mutex::new(HashSet::new()),
         }
     }
 
@@ -88,19 +83,7 @@ impl Authorizer {
         if target.is_some_and(|t| t != worker) {
             return Err(StatusCode::UNAUTHORIZED);
         }
-        self.admitted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(worker.clone());
         Ok(worker)
-    }
-
-    /// Whether the hook has let `worker` in before.
-    pub fn admitted(&self, worker: &str) -> bool {
-        self.admitted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(worker)
     }
 }
 

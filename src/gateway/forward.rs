@@ -1,7 +1,7 @@
 //! Forwarding a caller's request to its worker, and the answer back.
 
 use super::access::Access;
-use super::upload::{Deadlines, Upload, UploadEnd};
+use super::upload::{after, discard, Upload, UploadEnd};
 use super::{answer, BoxError, GatewayBody, Inner};
 use crate::connect::UrlError;
 use crate::connect::WorkerId;
@@ -24,6 +24,12 @@ use std::time::Duration;
 /// failed), 408 (the caller's body went silent), 504 (the worker took none
 /// of the body, or sent no head, in time). Dropping the future before the
 /// head aborts the stream; after it, the response body owns the upload.
+///
+/// A body the relay's own answer leaves unread (404, 503, 405, 400: no
+/// worker saw the request) is read and discarded for a while, as what is
+/// left of an upload is ([`discard`]): a caller that writes its whole body
+/// before it reads reads the answer rather than a reset (nginx's
+/// `lingering_close`).
 pub(super) async fn forward<B>(inner: Arc<Inner>, req: Request<B>) -> Response<GatewayBody>
 where
     B: Body + Send + 'static,
@@ -34,16 +40,21 @@ where
     // Recorded when the response is over, or when this future is dropped
     // before it (the caller left).
     let mut access = Access::new(&parts, &inner);
-    let body = Counted::new(Box::pin(body), access.up.clone());
-    let resp = forward_parts(&inner, parts, body, &mut access).await;
+    let mut body = Some(Counted::new(Box::pin(body), access.up.clone()));
+    let resp = forward_parts(&inner, parts, &mut body, &mut access).await;
+    if let Some(unread) = body.filter(|b| !b.is_end_stream()) {
+        tokio::spawn(discard(unread, inner.deadlines()));
+    }
     access.head(resp.status().as_u16(), resp.headers());
     resp.map(|b| b.observed(access))
 }
 
+/// Answers the request, taking `body` out of its option once a stream
+/// carries it (left there, it is the relay's own answer's to discard).
 async fn forward_parts<B>(
     inner: &Arc<Inner>,
     mut parts: http::request::Parts,
-    body: B,
+    body: &mut Option<B>,
     access: &mut Access,
 ) -> Response<GatewayBody>
 where
@@ -75,14 +86,13 @@ where
     // A request without a body can be sent again, on the worker's next
     // connection, if its connection goes before its head went out (the
     // worker never saw it); one with a body cannot: its pieces are gone.
-    let body_less = body.is_end_stream();
-    let mut body = Some(body);
+    let body_less = body.as_ref().is_none_or(|b| b.is_end_stream());
     let mut head = Some(head);
     let mut tries = 0;
     let (upload, resp) = loop {
         tries += 1;
         let again = tries < MAX_TRIES;
-        let Some(handle) = connected(inner, worker.as_str()).await else {
+        let Some(handle) = connected(inner, &worker).await else {
             return retry_soon(answer(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "worker not connected",
@@ -163,11 +173,7 @@ where
 {
     // A worker may answer before it has read the whole body, or echo it
     // as it reads.
-    let deadlines = Deadlines {
-        upload: inner.upload_timeout,
-        send: inner.send_timeout,
-        linger: inner.lingering_time,
-    };
+    let deadlines = inner.deadlines();
     let mut upload = match body.filter(|b| !b.is_end_stream()) {
         // Nothing to send: `end` at once (a failure aborts the stream, and
         // the response future says so).
@@ -220,33 +226,21 @@ where
 }
 
 /// `worker`'s connection; if it has none, the first one it makes within
-/// the reconnect wait (none while the gateway drains).
-async fn connected(inner: &Inner, worker: &str) -> Option<crate::rt::RelayHandle> {
-    if let Some(handle) = inner.registry.handle(worker) {
+/// the reconnect wait (none while the gateway drains). The wait is woken
+/// by `worker`'s own news only.
+async fn connected(inner: &Inner, worker: &WorkerId) -> Option<crate::rt::RelayHandle> {
+    if let Some(handle) = inner.registry.handle(worker.as_str()) {
         return Some(handle);
     }
     let wait = inner.reconnect_wait;
     if wait.is_zero() {
         return None;
     }
-    // Subscribed before looking again: a connection made in between is
-    // either seen now or announced.
-    let mut news = inner.registry.subscribe();
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        if inner.draining.load(std::sync::atomic::Ordering::SeqCst) {
-            return None;
-        }
-        if let Some(handle) = inner.registry.handle(worker) {
-            return Some(handle);
-        }
-        match tokio::time::timeout_at(deadline, news.recv()).await {
-            Err(_) => return None,
-            Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return None,
-            // News of it or of others, or missed news: look again.
-            Ok(_) => {}
-        }
-    }
+    let deadline = after(tokio::time::Instant::now(), wait);
+    inner
+        .registry
+        .wait_for(worker, deadline, &inner.draining)
+        .await
 }
 
 /// How a failed upload ended the stream, for the metrics and the log.

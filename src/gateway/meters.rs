@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Every worker's handles, by worker label (bounded by the token table and
-/// the authorisation hook's admitted workers, plus `unknown`).
+/// the authorisation hook's admitted workers, plus `unknown`; a worker's
+/// go when it is forgotten, some time after it left).
 #[derive(Default)]
 pub(super) struct Meters {
     by_worker: RwLock<HashMap<String, Arc<WorkerMeters>>>,
@@ -44,6 +45,26 @@ impl Meters {
         map.entry(worker.to_owned())
             .or_insert_with(|| Arc::new(WorkerMeters::new(worker)))
             .clone()
+    }
+}
+
+impl Meters {
+    /// Drops `worker`'s handles (a request holding them keeps them; the
+    /// next one makes new ones, for the same series).
+    pub fn forget(&self, worker: &str) {
+        self.by_worker
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(worker);
+    }
+
+    /// How many workers have handles.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.by_worker
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 }
 

@@ -28,9 +28,11 @@
 //! after the head the [`GatewayBody`] owns the upload, so dropping it
 //! aborts an unfinished upload too. What is left of the caller's body is
 //! then read and discarded for at most
-//! [`GatewayBuilder::lingering_time`], as nginx does, so that a caller
+//! [`GatewayBuilder::lingering_time`] and
+//! [`GatewayBuilder::lingering_bytes`], as nginx does, so that a caller
 //! still sending (a large POST its worker answered 401) reads its answer
-//! rather than a reset.
+//! rather than a reset. The relay's own refusals (404, 503, 405, 400)
+//! discard the body they leave unread the same way.
 //!
 //! [`Gateway::service`] is both behind one service (by path: the connect
 //! path and everything under it to [`Connect`]), ready for
@@ -71,18 +73,24 @@ mod accept;
 mod access;
 mod authorize;
 mod body;
+mod forget;
 mod forward;
 #[cfg(feature = "metrics")]
 mod meters;
 mod overflow_log;
 mod registry;
+#[cfg(test)]
+mod tests;
 mod upload;
 
 pub use accept::AttachError;
 pub use access::ACCESS_TARGET;
 pub use authorize::{AuthorizeFuture, Presented};
 pub use body::GatewayBody;
-pub use registry::{DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLAP_WINDOW};
+pub use forget::FORGET_AFTER;
+pub use registry::{
+    DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLAP_WINDOW, MAX_PRESENCE_CAPACITY,
+};
 
 use crate::connect::{ConnectTarget, TokenTable, UrlMap, WorkerId};
 use crate::frame::{CloseCode, Message};
@@ -130,9 +138,12 @@ struct Inner {
     send_timeout: Duration,
     response_head_timeout: Option<Duration>,
     lingering_time: Duration,
+    lingering_bytes: u64,
     reconnect_wait: Duration,
     /// The authorisation hook, for tokens the table does not hold.
     authorize: Option<authorize::Authorizer>,
+    /// The workers the hook let in, and when to forget workers that left.
+    forgetting: forget::Forgetting,
     registry: Registry,
     /// Set by [`Gateway::drain`]: no new worker, no new request.
     draining: std::sync::atomic::AtomicBool,
@@ -154,6 +165,7 @@ pub struct GatewayBuilder {
     send_timeout: Duration,
     response_head_timeout: Option<Duration>,
     lingering_time: Duration,
+    lingering_bytes: u64,
     reconnect_wait: Duration,
     duplicates: DuplicatePolicy,
     presence_capacity: usize,
@@ -161,6 +173,7 @@ pub struct GatewayBuilder {
     replace_grace: Duration,
     authorize: Option<authorize::Authorizer>,
     authorize_timeout: Duration,
+    forget_after: Duration,
 }
 
 impl GatewayBuilder {
@@ -233,11 +246,28 @@ impl GatewayBuilder {
     /// discarded once the worker no longer needs it (it answered without
     /// reading it all, the stream failed, or the request was dropped),
     /// so that the caller reads its answer rather than a reset (default
-    /// 30 s, as nginx's `lingering_time`). It ends sooner when the body
-    /// does, or when the caller sends nothing for the upload timeout;
-    /// zero lets go of the body at once.
+    /// 30 s, as nginx's `lingering_time`); the body of a request the relay
+    /// refuses itself (404, 503, 405, 400) too. It ends sooner when the
+    /// body does, when the caller sends nothing for the upload timeout, or
+    /// past [`GatewayBuilder::lingering_bytes`]; zero lets go of the body
+    /// at once.
     pub fn lingering_time(mut self, time: Duration) -> Self {
         self.lingering_time = time;
+        self
+    }
+
+    /// The most of a caller's request body read and discarded once the
+    /// worker, or the relay, no longer needs it (default
+    /// [`LINGERING_BYTES`], 1 GiB): past it, or for a body whose
+    /// `Content-Length` is larger, the connection is let go at once (the
+    /// caller may then see a reset rather than its answer). The relay's
+    /// own refusals (404 for an unknown worker, 503 for one not connected
+    /// or a draining relay, 405, 400) discard what the caller sends within
+    /// this bound and [`GatewayBuilder::lingering_time`] too, so that a
+    /// caller that writes its whole body before it reads (Python's
+    /// `http.client`, many SDKs) reads its answer.
+    pub fn lingering_bytes(mut self, bytes: u64) -> Self {
+        self.lingering_bytes = bytes;
         self
     }
 
@@ -292,9 +322,11 @@ impl GatewayBuilder {
     /// worker (refused 401 if the URL names another) or the status to
     /// refuse with; an answer later than
     /// [`GatewayBuilder::authorize_timeout`] is refused 503 (the worker
-    /// retries). A worker the hook let in counts as known from then on:
+    /// retries). A worker the hook let in counts as known from then on,
+    /// until it has been gone for [`GatewayBuilder::forget_after`]:
     /// callers' requests for it wait for its reconnect rather than get 404.
-    /// Revoke one by closing its connection ([`Gateway::handle`]) and
+    /// A token table change never closes it ([`Gateway::replace_tokens`]):
+    /// revoke one by closing its connection ([`Gateway::handle`]) and
     /// refusing it from then on.
     ///
     /// Any stranger can make the gateway call the hook, once per handshake:
@@ -337,9 +369,24 @@ impl GatewayBuilder {
     }
 
     /// How many [`Presence`] events a slow subscriber may lag behind before
-    /// it misses some (default 256).
+    /// it misses some (default 256, at most [`MAX_PRESENCE_CAPACITY`]: a
+    /// larger number is that one).
     pub fn presence_capacity(mut self, n: usize) -> Self {
         self.presence_capacity = n;
+        self
+    }
+
+    /// How long the gateway remembers a worker that is not connected
+    /// (default [`FORGET_AFTER`], 1 hour): a worker the authorisation hook
+    /// let in counts as known (its callers wait for its reconnect rather
+    /// than get 404) until it has been gone this long, and what is kept
+    /// per worker (why its last connection ended, its flap damping record,
+    /// its metric handles) goes then too, so that a hook letting in ever
+    /// new ids does not grow the gateway without bound. Measured from when
+    /// its last connection ended, or when the hook let it in if it never
+    /// connected.
+    pub fn forget_after(mut self, after: Duration) -> Self {
+        self.forget_after = after;
         self
     }
 
@@ -364,8 +411,10 @@ impl GatewayBuilder {
                 send_timeout: self.send_timeout,
                 response_head_timeout: self.response_head_timeout,
                 lingering_time: self.lingering_time,
+                lingering_bytes: self.lingering_bytes,
                 reconnect_wait: self.reconnect_wait,
                 authorize,
+                forgetting: forget::Forgetting::new(self.forget_after),
                 draining: Default::default(),
                 alive: Arc::new(()),
                 #[cfg(feature = "metrics")]
@@ -407,6 +456,7 @@ impl Gateway {
             send_timeout: Duration::from_secs(60),
             response_head_timeout: None,
             lingering_time: Duration::from_secs(30),
+            lingering_bytes: LINGERING_BYTES,
             reconnect_wait: RECONNECT_WAIT,
             duplicates: DuplicatePolicy::default(),
             presence_capacity: 256,
@@ -414,6 +464,7 @@ impl Gateway {
             replace_grace: Duration::from_secs(30),
             authorize: None,
             authorize_timeout: Duration::from_secs(5),
+            forget_after: FORGET_AFTER,
         }
     }
 
@@ -495,10 +546,16 @@ impl Gateway {
     }
 
     /// Replaces the token table at once, for new handshakes and callers'
-    /// requests (a worker no longer in it is unknown: 404). Every connected
-    /// worker whose token was revoked (no longer in the table, or changed)
-    /// is closed with 1008 ("token revoked") at once; every other
-    /// connection is untouched. Returns the workers closed.
+    /// requests (a worker no longer in it is unknown: 404, unless the
+    /// authorisation hook let it in). Every connected worker whose token
+    /// was revoked (in the old table, and no longer in the new one, or
+    /// changed) is closed with 1008 ("token revoked") at once: revoking is
+    /// a security action, so the requests in flight on that connection fail
+    /// (502, or a response cut short), as the worker is cut off. Every other
+    /// connection is untouched, the workers the authorisation hook let in
+    /// too (no table decided them: revoke one by closing it,
+    /// [`Gateway::handle`], and having the hook refuse it from then on).
+    /// Returns the workers closed.
     pub fn replace_tokens(&self, tokens: TokenTable) -> Vec<WorkerId> {
         let new = Arc::new(tokens);
         let old = std::mem::replace(
@@ -506,17 +563,19 @@ impl Gateway {
             new.clone(),
         );
         let mut revoked = Vec::new();
-        for worker in self.inner.registry.workers() {
-            if !old.same_token(&new, worker.as_str()) {
-                if let Some(handle) = self.inner.registry.handle(worker.as_str()) {
-                    tracing::info!(
-                        "worker {worker}: its token was revoked; closing its connection"
-                    );
-                    handle.close(CloseCode::POLICY_VIOLATION, REVOKED);
-                    revoked.push(worker);
-                }
+        for (worker, handle) in self.inner.registry.by_table() {
+            let w = worker.as_str();
+            if old.contains(w) && !old.same_token(&new, w) {
+                tracing::info!("worker {worker}: its token was revoked; closing its connection");
+                handle.close(CloseCode::POLICY_VIOLATION, REVOKED);
+                revoked.push(worker);
             }
         }
+        // What is kept about the workers the table dropped goes in time.
+        for worker in old.workers().filter(|w| !new.contains(w.as_str())) {
+            self.inner.forgetting.left(worker);
+        }
+        self.inner.sweep();
         revoked
     }
 }
@@ -535,9 +594,14 @@ impl Gateway {
     pub async fn drain(&self, grace: Duration, code: CloseCode) {
         use std::sync::atomic::Ordering;
         self.inner.draining.store(true, Ordering::SeqCst);
+        // Requests waiting for a worker's reconnect: 503 now.
+        self.inner.registry.release_waiters();
         let start = tokio::time::Instant::now();
-        let deadline = start + grace;
-        let give_up = deadline + self.inner.relay.close_timeout() + Duration::from_secs(1);
+        let deadline = upload::after(start, grace);
+        let give_up = upload::after(
+            deadline,
+            self.inner.relay.close_timeout() + Duration::from_secs(1),
+        );
         loop {
             let now = tokio::time::Instant::now();
             for worker in self.inner.registry.workers() {
@@ -568,6 +632,10 @@ impl Gateway {
     }
 }
 
+/// The most of a caller's body discarded, by default (see
+/// [`GatewayBuilder::lingering_bytes`]).
+pub const LINGERING_BYTES: u64 = 1 << 30;
+
 /// How long a request for a known worker that is not connected waits for
 /// it, by default (see [`GatewayBuilder::reconnect_wait`]).
 pub const RECONNECT_WAIT: Duration = Duration::from_secs(10);
@@ -581,11 +649,39 @@ pub const REVOKED: &str = "token revoked";
 pub use crate::connect::REPLACED;
 
 impl Inner {
+    /// The deadlines of a caller's upload, and of discarding what is left
+    /// of it.
+    fn deadlines(&self) -> upload::Deadlines {
+        upload::Deadlines {
+            upload: self.upload_timeout,
+            send: self.send_timeout,
+            linger: self.lingering_time,
+            linger_bytes: self.lingering_bytes,
+        }
+    }
+
     /// Whether `worker` is one callers may ask for: in the token table, or
     /// let in by the authorisation hook before.
     fn knows(&self, worker: &str) -> bool {
-        self.tokens().contains(worker)
-            || self.authorize.as_ref().is_some_and(|a| a.admitted(worker))
+        if self.tokens().contains(worker) {
+            return true;
+        }
+        if self.authorize.is_none() {
+            return false;
+        }
+        self.sweep();
+        self.forgetting.admitted(worker)
+    }
+
+    /// Forgets the workers gone for the forget time (see
+    /// [`GatewayBuilder::forget_after`]).
+    fn sweep(&self) {
+        for worker in self.forgetting.due(|w| self.registry.handle(w).is_some()) {
+            tracing::debug!("worker {worker}: gone for a while; forgotten");
+            self.registry.forget(&worker);
+            #[cfg(feature = "metrics")]
+            self.meters.forget(worker.as_str());
+        }
     }
 
     fn tokens(&self) -> Arc<TokenTable> {

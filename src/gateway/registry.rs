@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 /// Flap damping, by default (see
 /// [`GatewayBuilder::flap_damping`](super::GatewayBuilder::flap_damping)): a
@@ -70,6 +70,8 @@ struct Conn {
     handle: RelayHandle,
     peer: Option<SocketAddr>,
     since: std::time::SystemTime,
+    /// The authorisation hook let it in (no token table did).
+    by_hook: bool,
 }
 
 /// A connected worker, as [`Gateway::workers`](super::Gateway::workers)
@@ -96,9 +98,14 @@ struct State {
     /// When each worker's open connection was replaced, within the flap
     /// window, and until when a warning about it has been logged.
     replaced: HashMap<WorkerId, (VecDeque<Instant>, Option<Instant>)>,
-    /// Why each worker's last registered connection ended (one entry per
-    /// worker that has connected: bounded by who may connect).
+    /// Why each worker's last registered connection ended (forgotten some
+    /// time after it left: `forget.rs`).
     last_end: HashMap<WorkerId, String>,
+    /// For each worker that requests wait for (not connected), its
+    /// registered connection as it comes and goes: each waiter is woken by
+    /// its own worker's news only. Removed when its last waiter leaves, or
+    /// all at once when the gateway drains (the waiters then give up).
+    waiting: HashMap<WorkerId, watch::Sender<Option<RelayHandle>>>,
 }
 
 pub(crate) struct Registry {
@@ -111,7 +118,16 @@ pub(crate) struct Registry {
     flap: Option<(usize, Duration)>,
     /// How long a replaced connection may take to finish its streams.
     replace_grace: Duration,
+    /// How many times waiters looked at their worker's connection (for
+    /// tests: a waiter must not wake for other workers' news).
+    #[cfg(test)]
+    pub wakeups: AtomicU64,
 }
+
+/// The most [`Presence`] events a subscriber may lag behind: a larger
+/// capacity asked for is this one (tokio's channel allocates it up front,
+/// and panics past `usize::MAX / 2`).
+pub const MAX_PRESENCE_CAPACITY: usize = 1 << 16;
 
 /// A registered connection; dropping it (the connection started closing, or
 /// its task ended, even by a panic or a cancel) removes it from the
@@ -135,8 +151,10 @@ impl Registry {
             flap: flap.filter(|(n, w)| *n > 0 && !w.is_zero()),
             state: Mutex::new(State::default()),
             generation: AtomicU64::new(1),
-            presence: broadcast::channel(presence_capacity.max(1)).0,
+            presence: broadcast::channel(presence_capacity.clamp(1, MAX_PRESENCE_CAPACITY)).0,
             policy,
+            #[cfg(test)]
+            wakeups: AtomicU64::new(0),
         }
     }
 
@@ -159,6 +177,87 @@ impl Registry {
 
     pub fn workers(&self) -> Vec<WorkerId> {
         self.lock().conns.keys().cloned().collect()
+    }
+
+    /// The open connections a token table let in (not the authorisation
+    /// hook), with their workers.
+    pub fn by_table(&self) -> Vec<(WorkerId, RelayHandle)> {
+        self.lock()
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.by_hook && !c.handle.is_closed())
+            .map(|(w, c)| (w.clone(), c.handle.clone()))
+            .collect()
+    }
+
+    /// Forgets what is kept about `worker` (why its last connection ended,
+    /// its flap record) unless it is registered.
+    pub fn forget(&self, worker: &WorkerId) {
+        let mut state = self.lock();
+        if !state.conns.contains_key(worker) {
+            state.last_end.remove(worker);
+            state.replaced.remove(worker);
+        }
+    }
+
+    /// `worker`'s connection once it has an open one, if that is before
+    /// `deadline` and the gateway is not `draining` (none once it is).
+    /// Woken by `worker`'s own news only, without this registry's lock.
+    pub async fn wait_for(
+        &self,
+        worker: &WorkerId,
+        deadline: tokio::time::Instant,
+        draining: &std::sync::atomic::AtomicBool,
+    ) -> Option<RelayHandle> {
+        let rx = {
+            let mut state = self.lock();
+            // Under the lock: a drain clears the waiters after setting its
+            // flag, so a waiter either sees the flag or is cleared.
+            if draining.load(Ordering::SeqCst) {
+                return None;
+            }
+            let current = state.conns.get(worker).map(|c| c.handle.clone());
+            let tx = state
+                .waiting
+                .entry(worker.clone())
+                .or_insert_with(|| watch::channel(current).0);
+            tx.subscribe()
+        };
+        let mut waiter = Waiter {
+            registry: self,
+            worker,
+            rx: Some(rx),
+        };
+        let rx = waiter.rx.as_mut().expect("set above");
+        let open = rx.wait_for(|h| {
+            #[cfg(test)]
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+            h.as_ref().is_some_and(|h| !h.is_closed())
+        });
+        let found = match tokio::time::timeout_at(deadline, open).await {
+            Ok(Ok(handle)) => handle.clone(),
+            // Past the deadline, or the gateway drains (the sender gone).
+            Ok(Err(_)) | Err(_) => None,
+        };
+        found
+    }
+
+    /// Wakes every request waiting for a worker, to give up: the gateway
+    /// drains.
+    pub fn release_waiters(&self) {
+        self.lock().waiting.clear();
+    }
+
+    /// How many workers' last ends are kept.
+    #[cfg(test)]
+    pub fn last_ends(&self) -> usize {
+        self.lock().last_end.len()
+    }
+
+    /// How many workers requests wait for.
+    #[cfg(test)]
+    pub fn waited_for(&self) -> usize {
+        self.lock().waiting.len()
     }
 
     pub fn infos(&self) -> Vec<WorkerInfo> {
@@ -202,7 +301,12 @@ impl Registry {
         if times.len() < limit {
             return None;
         }
-        let until = times[times.len() - limit] + window;
+        // A window too long to add is for ever (a century).
+        let until = times[times.len() - limit];
+        let until = until
+            .checked_add(window)
+            .or_else(|| until.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+            .unwrap_or(until);
         if warned.is_none_or(|w| w < now) {
             *warned = Some(until);
             let addr = |a: Option<SocketAddr>| a.map_or("?".into(), |a| a.to_string());
@@ -229,6 +333,7 @@ impl Registry {
         worker: WorkerId,
         handle: RelayHandle,
         peer: Option<SocketAddr>,
+        by_hook: bool,
     ) -> Option<Registration<'_>> {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let mut state = self.lock();
@@ -240,11 +345,15 @@ impl Registry {
         if self.policy == DuplicatePolicy::Refuse && open {
             return None;
         }
+        if let Some(waiting) = state.waiting.get(&worker) {
+            waiting.send_replace(Some(handle.clone()));
+        }
         let conn = Conn {
             generation,
             handle,
             peer,
             since: std::time::SystemTime::now(),
+            by_hook,
         };
         if let Some(old) = state.conns.insert(worker.clone(), conn) {
             if open {
@@ -260,6 +369,12 @@ impl Registry {
                 let (times, _) = state.replaced.entry(worker.clone()).or_default();
                 times.retain(|t| now.duration_since(*t) < window);
                 times.push_back(now);
+                // Only the last `limit` count (a long window must not
+                // keep every replacement).
+                let limit = self.flap.map_or(0, |(n, _)| n);
+                while times.len() > limit {
+                    times.pop_front();
+                }
             }
         }
         crate::observe::relay::workers_connected(state.conns.len());
@@ -328,6 +443,9 @@ impl Drop for Registration<'_> {
             return; // replaced: the newer connection is the worker's presence
         }
         state.conns.remove(&self.worker);
+        if let Some(waiting) = state.waiting.get(&self.worker) {
+            waiting.send_replace(None);
+        }
         crate::observe::relay::workers_connected(state.conns.len());
         state
             .last_end
@@ -343,5 +461,27 @@ impl Drop for Registration<'_> {
             worker: self.worker.clone(),
             reason: std::mem::take(&mut self.reason),
         });
+    }
+}
+
+/// A request waiting for its worker; when the last one for a worker
+/// leaves, the worker's entry goes.
+struct Waiter<'a> {
+    registry: &'a Registry,
+    worker: &'a WorkerId,
+    rx: Option<watch::Receiver<Option<RelayHandle>>>,
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        drop(self.rx.take());
+        let mut state = self.registry.lock();
+        if state
+            .waiting
+            .get(self.worker)
+            .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            state.waiting.remove(self.worker);
+        }
     }
 }

@@ -18,7 +18,10 @@
 //! then gets a reset, often before it has read the answer (a 401 to a
 //! large POST reached the caller as `EPIPE` in about one run of three).
 //! The discarding ends with the body, or when the caller sends nothing for
-//! the upload timeout, or after [`Deadlines::linger`] in all.
+//! the upload timeout, or after [`Deadlines::linger`] in all, or once
+//! [`Deadlines::linger_bytes`] are discarded. The relay's own refusals
+//! (404, 503 and the like, given before any worker saw the request) discard
+//! the body they leave unread the same way ([`discard`]).
 
 use crate::rt::pump::{Pump, PumpEnd};
 use crate::rt::RequestSink;
@@ -45,6 +48,9 @@ pub(super) struct Deadlines {
     /// The longest what is left of the caller's body is read and discarded
     /// once the worker no longer needs it.
     pub linger: Duration,
+    /// The most of the caller's body read and discarded once the worker
+    /// (or the relay) no longer needs it.
+    pub linger_bytes: u64,
 }
 
 /// How an upload ended.
@@ -128,20 +134,32 @@ impl Upload {
 }
 
 /// Reads and discards what is left of `body`, until it ends or fails, the
-/// caller sends nothing for the upload timeout, or the linger time is up.
-async fn discard<B>(mut body: Pin<Box<B>>, deadlines: Deadlines)
+/// caller sends nothing for the upload timeout, the linger time is up, or
+/// the linger bytes are read (a body that says it is longer than that is
+/// let go at once: reading it would only delay the reset).
+pub(super) async fn discard<B>(mut body: B, deadlines: Deadlines)
 where
-    B: Body,
+    B: Body + Unpin,
 {
-    let until = Instant::now() + deadlines.linger;
+    if body.size_hint().lower() > deadlines.linger_bytes {
+        tracing::debug!(
+            "let go of a request body longer than the {} bytes discarded at most",
+            deadlines.linger_bytes
+        );
+        return;
+    }
+    let until = after(Instant::now(), deadlines.linger);
     let mut discarded = 0u64;
-    loop {
-        let idle = Instant::now() + deadlines.upload;
-        let frame = poll_fn(|cx| body.as_mut().poll_frame(cx));
+    while discarded <= deadlines.linger_bytes {
+        let idle = after(Instant::now(), deadlines.upload);
+        let frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
         match tokio::time::timeout_at(idle.min(until), frame).await {
             Ok(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    discarded += data.remaining() as u64;
+                    discarded = discarded.saturating_add(data.remaining() as u64);
+                }
+                if body.is_end_stream() {
+                    break;
                 }
             }
             Ok(None) | Ok(Some(Err(_))) => break,
@@ -151,8 +169,23 @@ where
             }
         }
     }
+    if discarded > deadlines.linger_bytes {
+        tracing::debug!("let go of a request body after discarding {discarded} bytes");
+        return;
+    }
     tracing::debug!("discarded the last {discarded} bytes of a request body");
 }
+
+/// `now + d`, or a century on for a `d` too long to add (a configured
+/// `Duration::MAX` means "no limit", never a panic).
+pub(super) fn after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(CENTURY))
+        .unwrap_or(now)
+}
+
+/// What "for ever" is when a deadline would overflow.
+const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// Pours the pump's body into its sink until it ends, fails or misses a
 /// deadline.
