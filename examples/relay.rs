@@ -64,6 +64,7 @@ mod runtime;
 #[path = "common/shutdown.rs"]
 mod shutdown;
 
+use logging::plural;
 use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitCode;
@@ -310,7 +311,8 @@ async fn reload_on_sighup(gateway: Gateway, tokens: String, tls: Option<ServerTl
                 let workers = table.len();
                 let revoked = gateway.replace_tokens(table);
                 tracing::info!(
-                    "SIGHUP: reloaded {tokens}: {workers} workers; closed {} whose token was revoked",
+                    "SIGHUP: reloaded {tokens}: {}; closed {} whose token was revoked",
+                    plural::count(workers, "worker"),
                     revoked.len()
                 );
             }
