@@ -29,7 +29,12 @@
 //! the requests in flight finish (at most `--grace SECS`, default 30), idle
 //! caller connections close, and each worker is closed with 1012 (service
 //! restart) as soon as its own streams are done, so it reconnects at once
-//! (to the next relay, or to this one restarted). The accept loop stops at
+//! (to the next relay, or to this one restarted). The relay then exits 0
+//! (`drained; exiting`) or, if the grace expired with requests still in
+//! flight, says how many it cut and exits 3, so a deploy script or a
+//! supervisor can tell a restart that cut requests from a clean one (1 is
+//! a failure to start, 2 a bad command line; under systemd, 3 marks the
+//! unit failed unless `SuccessExitStatus=3`). The accept loop stops at
 //! a moment when every connection it has accepted has sent its request,
 //! and the workers go only once the requests of the connections still
 //! queued then have reached the gateway (each wait at most 2 s): behind a
@@ -85,6 +90,9 @@ const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
                      [--reconnect-wait SECS] [--reuse-port] [--threads N] \
                      [--stall-timeout SECS] [--overflow-budget BYTES] [--admin HOST:PORT] \
                      [--log-format text|json]";
+
+/// Exit status of a drain that `--grace` cut.
+const GRACE_EXPIRED: u8 = 3;
 
 fn main() -> ExitCode {
     if logging::json_requested().is_none() {
@@ -286,14 +294,77 @@ async fn run(
             tokio::join!(serving, gateway.drain(grace, CloseCode::SERVICE_RESTART));
         }
     };
-    if tokio::time::timeout(grace + Duration::from_secs(10), drained)
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain did not finish in time; exiting anyway");
+    match watch_grace(&gateway, grace, drained).await {
+        Drain::Finished => {
+            tracing::info!("drained; exiting");
+            ExitCode::SUCCESS
+        }
+        Drain::Cut(requests) => {
+            tracing::warn!(
+                "grace expired ({} s): cut {} still in flight; exiting with status {GRACE_EXPIRED}",
+                grace.as_secs(),
+                plural::count(requests, "request")
+            );
+            ExitCode::from(GRACE_EXPIRED)
+        }
+        Drain::Stuck => {
+            tracing::warn!(
+                "grace expired ({} s) and the drain did not finish 10 s later; \
+                 exiting anyway, with status {GRACE_EXPIRED}",
+                grace.as_secs()
+            );
+            ExitCode::from(GRACE_EXPIRED)
+        }
     }
-    tracing::info!("drained; exiting");
-    ExitCode::SUCCESS
+}
+
+/// How a drain ended.
+enum Drain {
+    /// Every request in flight finished within the grace.
+    Finished,
+    /// The grace expired with this many requests in flight: the drain
+    /// closed their workers' connections, cutting them.
+    Cut(usize),
+    /// No request was in flight when the grace expired, but the drain had
+    /// still not finished 10 s later.
+    Stuck,
+}
+
+/// Runs `drained` (the gateway's drain, which closes every worker when
+/// `grace` expires, whatever it is doing) and watches its grace: the
+/// requests in flight when it expires are the ones the drain cuts. They are
+/// counted every 10 ms until then (the last count before the drain's own
+/// clock runs out: a worker closed is soon gone from the gateway's list).
+async fn watch_grace(
+    gateway: &Gateway,
+    grace: Duration,
+    drained: impl Future<Output = ()>,
+) -> Drain {
+    // Before the drain's clock starts (at its first poll below): this one
+    // runs out first.
+    let end = tokio::time::Instant::now() + grace;
+    let mut drained = std::pin::pin!(drained);
+    let mut in_flight: u64;
+    loop {
+        in_flight = gateway.workers().iter().map(|w| w.stats.streams_open).sum();
+        let tick = (tokio::time::Instant::now() + Duration::from_millis(10)).min(end);
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(tick) => {}
+            () = drained.as_mut() => return Drain::Finished,
+        }
+        if tokio::time::Instant::now() >= end {
+            break;
+        }
+    }
+    let finished = tokio::time::timeout(Duration::from_secs(10), drained)
+        .await
+        .is_ok();
+    match (in_flight, finished) {
+        (0, true) => Drain::Finished,
+        (0, false) => Drain::Stuck,
+        (n, _) => Drain::Cut(usize::try_from(n).unwrap_or(usize::MAX)),
+    }
 }
 
 /// On every `SIGHUP`: re-reads the tokens file and, with TLS, the
