@@ -59,6 +59,7 @@
 //! `--log-format json` logs one JSON object per line, the access log
 //! (target `worker_relay::access`) among them. `--stall-timeout SECS`
 //! (default 60) bounds how long a caller may read nothing of its response.
+//! `--help` prints the options and exit statuses.
 
 #[path = "common/admin.rs"]
 mod admin;
@@ -91,12 +92,62 @@ const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
                      [--stall-timeout SECS] [--overflow-budget BYTES] [--admin HOST:PORT] \
                      [--log-format text|json]";
 
+/// `--help`: the usage, the options, the exit statuses.
+const HELP: &str = "\
+Presents the workers that dial it at http://HOST:PORT/w/<id>/...
+
+options:
+  --listen HOST:PORT         where callers and workers connect (required)
+  --tokens FILE              lines `<worker-id> <connect-token>` (required; SIGHUP re-reads it)
+  --tls-cert FILE            PEM chain, leaf first: serve HTTPS and wss:// (with --tls-key)
+  --tls-key FILE             its PEM key (SIGHUP re-reads both)
+  --max-connections N        open HTTP connections at most (default 10000)
+  --header-timeout SECS      time a client has to send a request head (default 10)
+  --grace SECS               on SIGTERM, time the requests in flight have to finish (default 30)
+  --reconnect-wait SECS      time a request waits for its known worker to connect (default 10)
+  --reuse-port               listen with SO_REUSEPORT (a new relay can take the port)
+  --threads N                runtime threads (default: one per core)
+  --stall-timeout SECS       time a caller may read nothing of its response (default 60)
+  --overflow-budget BYTES    disk for slow callers' responses (default 8 GiB; 0: none)
+  --admin HOST:PORT          serve GET /metrics and GET /workers there
+  --log-format text|json     the log's format (default text)
+  -h, --help                 this help
+
+exit status:
+  0  stopped by SIGTERM or Ctrl-C, every request in flight finished
+  1  could not start (listen, runtime, metrics recorder)
+  2  a bad command line, tokens file or TLS files
+  3  stopped by SIGTERM or Ctrl-C, but --grace expired first: the requests
+     still in flight were cut (the log says how many)
+";
+
+/// The options that take a value.
+const WITH_VALUE: &[&str] = &[
+    "--listen",
+    "--tokens",
+    "--tls-cert",
+    "--tls-key",
+    "--max-connections",
+    "--header-timeout",
+    "--grace",
+    "--reconnect-wait",
+    "--threads",
+    "--stall-timeout",
+    "--overflow-budget",
+    "--admin",
+    "--log-format",
+];
+
 /// Exit status of a drain that `--grace` cut.
 const GRACE_EXPIRED: u8 = 3;
 
 fn main() -> ExitCode {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}\n\n{HELP}");
+        return ExitCode::SUCCESS;
+    }
     if logging::json_requested().is_none() {
-        return usage();
+        return bad_arg("--log-format");
     }
     let _log = logging::init("relay");
     let (mut admin, mut stall, mut overflow_budget) = (None, None, None);
@@ -137,11 +188,11 @@ fn main() -> ExitCode {
             ("--threads", v) if number(v.clone()).is_some_and(|n| n > 0) => {
                 threads = number(v).map(|n| n as usize)
             }
-            _ => return usage(),
+            _ => return bad_arg(&a),
         }
     }
     let (Some(listen), Some(tokens)) = (listen, tokens) else {
-        return usage();
+        return bad("--listen and --tokens are required".into());
     };
     let tls = match (cert, key) {
         (None, None) => None,
@@ -149,7 +200,7 @@ fn main() -> ExitCode {
             Ok(tls) => Some(tls),
             Err(e) => return fail(2, format!("TLS: {e}")),
         },
-        _ => return usage(),
+        _ => return bad("--tls-cert and --tls-key go together".into()),
     };
     if let Some(tls) = &tls {
         server = server.tls(tls.clone());
@@ -587,9 +638,19 @@ async fn bind(addr: &str, reuse_port: bool) -> std::io::Result<tokio::net::TcpLi
     socket.listen(1024)
 }
 
-fn usage() -> ExitCode {
-    eprintln!("{USAGE}");
+/// A bad command line: the error and the usage on stderr, status 2.
+fn bad(error: String) -> ExitCode {
+    eprintln!("relay: {error}\n{USAGE}\n(relay --help for more)");
     ExitCode::from(2)
+}
+
+/// `arg` unknown, or without a valid value.
+fn bad_arg(arg: &str) -> ExitCode {
+    if WITH_VALUE.contains(&arg) {
+        bad(format!("{arg}: a missing or invalid value"))
+    } else {
+        bad(format!("unknown option {arg}"))
+    }
 }
 
 fn fail(code: u8, message: String) -> ExitCode {
