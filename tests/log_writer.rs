@@ -177,7 +177,9 @@ fn lines_after_the_notice_are_written_again() {
     drop(guard);
     let text = sink.text();
     let notice = text.find(" dropped").unwrap();
-    let after = text.find("after the notice").expect("a line after the notice");
+    let after = text
+        .find("after the notice")
+        .expect("a line after the notice");
     assert!(after > notice);
 }
 
