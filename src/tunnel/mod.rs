@@ -139,7 +139,9 @@ where
             }
             () = tokio::time::sleep(Duration::from_millis(10)), if flush_tick.is_some() => {}
             () = tokio::time::sleep_until(grace_end.unwrap_or_else(tokio::time::Instant::now)), if grace_end.is_some() => {
-                tracing::warn!("grace period over: {} requests cut; closing (1001)", tasks.len());
+                let cut = tasks.len();
+                let noun = if cut == 1 { "request" } else { "requests" };
+                tracing::warn!("grace period over: {cut} {noun} cut; closing (1001)");
                 incoming.close(CloseCode::GOING_AWAY, "the worker is shutting down");
                 closed = true;
             }
