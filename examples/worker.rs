@@ -196,7 +196,13 @@ fn main() -> ExitCode {
         name: "worker".into(),
         dialer,
     };
-    let runtime = runtime::build(threads).expect("tokio runtime");
+    let runtime = match runtime::build(threads) {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
     // SIGTERM or Ctrl-C: new requests answered 503, those in flight finish
     // (at most GRACE), then the connection is closed with 1001.
     let code = runtime.block_on(async {
@@ -243,7 +249,13 @@ fn serve_directly(
         return ExitCode::from(2);
     };
     let _log = logging::init("worker");
-    let runtime = runtime::build(threads).expect("tokio runtime");
+    let runtime = match runtime::build(threads) {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
     runtime.block_on(async {
         let listener = match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => l,
