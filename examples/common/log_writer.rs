@@ -8,7 +8,8 @@
 //! (stderr is not being read, or the thread could not start) a line is
 //! dropped and counted, as `tracing-appender`'s non-blocking writer does
 //! (lossy by default); once the output takes lines again, the count is
-//! written first (`<name>: N log lines dropped: …`, or a JSON object). A
+//! written where the lines were lost, after the lines before them and
+//! before any after (`<name>: N log lines dropped: …`, or a JSON object). A
 //! write error drops the batch, counted the same way. At the end the guard
 //! waits at most a second for the rest to be written (a stuck stderr must
 //! not keep a stopping process alive), as `tracing-appender`'s guard does.
