@@ -29,13 +29,17 @@
 //! the requests in flight finish (at most `--grace SECS`, default 30), idle
 //! caller connections close, and each worker is closed with 1012 (service
 //! restart) as soon as its own streams are done, so it reconnects at once
-//! (to the next relay, or to this one restarted). The accept loop
-//! (`serve_with_shutdown`) stops at a moment when every connection it has
-//! accepted has sent its request, and the workers go only once the
-//! requests of the connections still queued then have reached the gateway
-//! (its `Intake`; each wait at most 2 s): behind a proxy that opens a
-//! connection per request, no request is dropped or answered 503 by a
-//! restart (`tests/e2e_rolling.rs`).
+//! (to the next relay, or to this one restarted). The relay then exits 0
+//! (`drained; exiting`) or, if the grace expired with requests still in
+//! flight, says how many it cut and exits 3, so a deploy script or a
+//! supervisor can tell a restart that cut requests from a clean one (1 is
+//! a failure to start, 2 a bad command line; under systemd, 3 marks the
+//! unit failed unless `SuccessExitStatus=3`). The accept loop stops at
+//! a moment when every connection it has accepted has sent its request,
+//! and the workers go only once the requests of the connections still
+//! queued then have reached the gateway (the server's `Intake`; each wait at most 2 s): behind a
+//! proxy that opens a connection per request, no request is dropped or
+//! answered 503 by a restart (`tests/e2e_rolling.rs`).
 //!
 //! `--reuse-port` listens with `SO_REUSEPORT`, so a new relay process can
 //! take the same port while the old one drains (an in-place restart: the
@@ -55,6 +59,7 @@
 //! `--log-format json` logs one JSON object per line, the access log
 //! (target `worker_relay::access`) among them. `--stall-timeout SECS`
 //! (default 60) bounds how long a caller may read nothing of its response.
+//! `--help` prints the options and exit statuses.
 
 #[path = "common/admin.rs"]
 mod admin;
@@ -65,6 +70,8 @@ mod runtime;
 #[path = "common/shutdown.rs"]
 mod shutdown;
 
+use logging::plural;
+use std::future::Future;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,9 +89,62 @@ const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
                      [--stall-timeout SECS] [--overflow-budget BYTES] [--admin HOST:PORT] \
                      [--log-format text|json]";
 
+/// `--help`: the usage, the options, the exit statuses.
+const HELP: &str = "\
+Presents the workers that dial it at http://HOST:PORT/w/<id>/...
+
+options:
+  --listen HOST:PORT         where callers and workers connect (required)
+  --tokens FILE              lines `<worker-id> <connect-token>` (required; SIGHUP re-reads it)
+  --tls-cert FILE            PEM chain, leaf first: serve HTTPS and wss:// (with --tls-key)
+  --tls-key FILE             its PEM key (SIGHUP re-reads both)
+  --max-connections N        open HTTP connections at most (default 10000)
+  --header-timeout SECS      time a client has to send a request head (default 10)
+  --grace SECS               on SIGTERM, time the requests in flight have to finish (default 30)
+  --reconnect-wait SECS      time a request waits for its known worker to connect (default 10)
+  --reuse-port               listen with SO_REUSEPORT (a new relay can take the port)
+  --threads N                runtime threads (default: one per core)
+  --stall-timeout SECS       time a caller may read nothing of its response (default 60)
+  --overflow-budget BYTES    disk for slow callers' responses (default 8 GiB; 0: none)
+  --admin HOST:PORT          serve GET /metrics and GET /workers there
+  --log-format text|json     the log's format (default text)
+  -h, --help                 this help
+
+exit status:
+  0  stopped by SIGTERM or Ctrl-C, every request in flight finished
+  1  could not start (listen, runtime, metrics recorder)
+  2  a bad command line, tokens file or TLS files
+  3  stopped by SIGTERM or Ctrl-C, but --grace expired first: the requests
+     still in flight were cut (the log says how many)
+";
+
+/// The options that take a value.
+const WITH_VALUE: &[&str] = &[
+    "--listen",
+    "--tokens",
+    "--tls-cert",
+    "--tls-key",
+    "--max-connections",
+    "--header-timeout",
+    "--grace",
+    "--reconnect-wait",
+    "--threads",
+    "--stall-timeout",
+    "--overflow-budget",
+    "--admin",
+    "--log-format",
+];
+
+/// Exit status of a drain that `--grace` cut.
+const GRACE_EXPIRED: u8 = 3;
+
 fn main() -> ExitCode {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}\n\n{HELP}");
+        return ExitCode::SUCCESS;
+    }
     if logging::json_requested().is_none() {
-        return usage();
+        return bad_arg("--log-format");
     }
     let _log = logging::init("relay");
     let (mut admin, mut stall, mut overflow_budget) = (None, None, None);
@@ -125,11 +185,11 @@ fn main() -> ExitCode {
             ("--threads", v) if number(v.clone()).is_some_and(|n| n > 0) => {
                 threads = number(v).map(|n| n as usize)
             }
-            _ => return usage(),
+            _ => return bad_arg(&a),
         }
     }
     let (Some(listen), Some(tokens)) = (listen, tokens) else {
-        return usage();
+        return bad("--listen and --tokens are required".into());
     };
     let tls = match (cert, key) {
         (None, None) => None,
@@ -137,7 +197,7 @@ fn main() -> ExitCode {
             Ok(tls) => Some(tls),
             Err(e) => return fail(2, format!("TLS: {e}")),
         },
-        _ => return usage(),
+        _ => return bad("--tls-cert and --tls-key go together".into()),
     };
     if let Some(tls) = &tls {
         server = server.tls(tls.clone());
@@ -268,14 +328,77 @@ async fn run(
             tokio::join!(serving, gateway.drain(grace, CloseCode::SERVICE_RESTART));
         }
     };
-    if tokio::time::timeout(grace + Duration::from_secs(10), drained)
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain did not finish in time; exiting anyway");
+    match watch_grace(&gateway, grace, drained).await {
+        Drain::Finished => {
+            tracing::info!("drained; exiting");
+            ExitCode::SUCCESS
+        }
+        Drain::Cut(requests) => {
+            tracing::warn!(
+                "grace expired ({} s): cut {} still in flight; exiting with status {GRACE_EXPIRED}",
+                grace.as_secs(),
+                plural::count(requests, "request")
+            );
+            ExitCode::from(GRACE_EXPIRED)
+        }
+        Drain::Stuck => {
+            tracing::warn!(
+                "grace expired ({} s) and the drain did not finish 10 s later; \
+                 exiting anyway, with status {GRACE_EXPIRED}",
+                grace.as_secs()
+            );
+            ExitCode::from(GRACE_EXPIRED)
+        }
     }
-    tracing::info!("drained; exiting");
-    ExitCode::SUCCESS
+}
+
+/// How a drain ended.
+enum Drain {
+    /// Every request in flight finished within the grace.
+    Finished,
+    /// The grace expired with this many requests in flight: the drain
+    /// closed their workers' connections, cutting them.
+    Cut(usize),
+    /// No request was in flight when the grace expired, but the drain had
+    /// still not finished 10 s later.
+    Stuck,
+}
+
+/// Runs `drained` (the gateway's drain, which closes every worker when
+/// `grace` expires, whatever it is doing) and watches its grace: the
+/// requests in flight when it expires are the ones the drain cuts. They are
+/// counted every 10 ms until then (the last count before the drain's own
+/// clock runs out: a worker closed is soon gone from the gateway's list).
+async fn watch_grace(
+    gateway: &Gateway,
+    grace: Duration,
+    drained: impl Future<Output = ()>,
+) -> Drain {
+    // Before the drain's clock starts (at its first poll below): this one
+    // runs out first.
+    let end = tokio::time::Instant::now() + grace;
+    let mut drained = std::pin::pin!(drained);
+    let mut in_flight: u64;
+    loop {
+        in_flight = gateway.workers().iter().map(|w| w.stats.streams_open).sum();
+        let tick = (tokio::time::Instant::now() + Duration::from_millis(10)).min(end);
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(tick) => {}
+            () = drained.as_mut() => return Drain::Finished,
+        }
+        if tokio::time::Instant::now() >= end {
+            break;
+        }
+    }
+    let finished = tokio::time::timeout(Duration::from_secs(10), drained)
+        .await
+        .is_ok();
+    match (in_flight, finished) {
+        (0, true) => Drain::Finished,
+        (0, false) => Drain::Stuck,
+        (n, _) => Drain::Cut(usize::try_from(n).unwrap_or(usize::MAX)),
+    }
 }
 
 /// On every `SIGHUP`: re-reads the tokens file and, with TLS, the
@@ -293,7 +416,8 @@ async fn reload_on_sighup(gateway: Gateway, tokens: String, tls: Option<ServerTl
                 let workers = table.len();
                 let revoked = gateway.replace_tokens(table);
                 tracing::info!(
-                    "SIGHUP: reloaded {tokens}: {workers} workers; closed {} whose token was revoked",
+                    "SIGHUP: reloaded {tokens}: {}; closed {} whose token was revoked",
+                    plural::count(workers, "worker"),
                     revoked.len()
                 );
             }
@@ -373,9 +497,19 @@ async fn bind(addr: &str, reuse_port: bool) -> std::io::Result<tokio::net::TcpLi
     socket.listen(1024)
 }
 
-fn usage() -> ExitCode {
-    eprintln!("{USAGE}");
+/// A bad command line: the error and the usage on stderr, status 2.
+fn bad(error: String) -> ExitCode {
+    eprintln!("relay: {error}\n{USAGE}\n(relay --help for more)");
     ExitCode::from(2)
+}
+
+/// `arg` unknown, or without a valid value.
+fn bad_arg(arg: &str) -> ExitCode {
+    if WITH_VALUE.contains(&arg) {
+        bad(format!("{arg}: a missing or invalid value"))
+    } else {
+        bad(format!("unknown option {arg}"))
+    }
 }
 
 fn fail(code: u8, message: String) -> ExitCode {

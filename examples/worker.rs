@@ -26,6 +26,10 @@
 //! with `Retry-After: 1`, those in flight finish (at most 30 s), then the
 //! connection is closed with 1001 and the process exits 0.
 //!
+//! Exit status: 0 after a drain, 1 when the relay refused the worker for
+//! good (or it could not start), 2 for a bad command line or token.
+//! `--help` prints the options.
+//!
 //! Both tokens are read from the environment (never the command line) and
 //! removed from it at start, their bytes zeroed first, so a process running
 //! under the same uid cannot read them from `/proc/<pid>/environ`.
@@ -51,6 +55,43 @@ use worker_relay::ws::{Dialer, Target};
 
 const USAGE: &str = "usage: worker --connect wss://HOST:PORT/connect [--ca-file CA.pem] [--allow-insecure] [--upstream http://HOST:PORT [--upstream-connections N]] [--threads N] [--admin HOST:PORT] [--log-format text|json]\n       worker --listen HOST:PORT [--threads N]   (the app served directly, no relay)";
 
+/// `--help`: the usage, the options, the exit statuses.
+const HELP: &str = "\
+Dials a relay and serves a small app (or, with --upstream, a local HTTP
+server) through it. Tokens come from the environment only:
+STRATA_WORKER_CONNECT_TOKEN (presented to the relay) and STRATA_WORKER_TOKEN
+(callers' `Authorization: Bearer`).
+
+options:
+  --connect URL                 the relay's wss:// (or loopback ws://) connect URL
+  --ca-file CA.pem              trust this PEM's certificates too (a private CA)
+  --allow-insecure              allow ws:// to a host that is not loopback
+  --upstream http://HOST:PORT   forward every request to this server instead of the app
+  --upstream-connections N      connections to the upstream at most (default 32)
+  --listen HOST:PORT            serve the app directly there, no relay
+  --threads N                   runtime threads (default: one per core)
+  --admin HOST:PORT             serve GET /metrics there
+  --log-format text|json        the log's format (default text)
+  -h, --help                    this help
+
+exit status:
+  0  stopped by SIGTERM or Ctrl-C after draining
+  1  the relay refused the worker for good, or it could not start
+  2  a bad command line, URL, CA file or token
+";
+
+/// The options that take a value.
+const WITH_VALUE: &[&str] = &[
+    "--connect",
+    "--ca-file",
+    "--upstream",
+    "--upstream-connections",
+    "--listen",
+    "--threads",
+    "--admin",
+    "--log-format",
+];
+
 fn main() -> ExitCode {
     // First thing, before any thread exists: take the secrets out of the environment.
     let connect_token = secrets::take_env("STRATA_WORKER_CONNECT_TOKEN");
@@ -60,8 +101,12 @@ fn main() -> ExitCode {
     let mut connections = tunnel_upstream::DEFAULT_CONNECTIONS;
     let (mut ca_file, mut allow_insecure) = (None, false);
     let mut admin = None;
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}\n\n{HELP}");
+        return ExitCode::SUCCESS;
+    }
     if logging::json_requested().is_none() {
-        return usage();
+        return bad_arg("--log-format");
     }
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -76,22 +121,22 @@ fn main() -> ExitCode {
             ("--connect", v) => url = v,
             ("--listen", Some(v)) => match v.parse::<std::net::SocketAddr>() {
                 Ok(a) => listen = Some(a),
-                Err(_) => return usage(),
+                Err(_) => return bad_arg(&a),
             },
             ("--threads", Some(v)) => match v.parse::<usize>() {
                 Ok(n) if n > 0 => threads = Some(n),
-                _ => return usage(),
+                _ => return bad_arg(&a),
             },
             ("--upstream", Some(v)) => upstream = Some(v),
             ("--upstream-connections", Some(v)) => match v.parse::<usize>() {
                 Ok(n) if n > 0 => connections = n,
-                _ => return usage(),
+                _ => return bad_arg(&a),
             },
-            _ => return usage(),
+            _ => return bad_arg(&a),
         }
     }
     let upstream = match upstream.map(|u| tunnel_upstream::Upstream::new(&u, connections)) {
-        Some(None) => return usage(),
+        Some(None) => return bad_arg("--upstream"),
         Some(Some(u)) => Some(u),
         None => None,
     };
@@ -99,7 +144,7 @@ fn main() -> ExitCode {
         return serve_directly(addr, worker_token, threads);
     }
     let Some(url) = url else {
-        return usage();
+        return bad("--connect (or --listen) is required".into());
     };
     // Where the token would go, decided before any lookup or dial.
     match Target::parse(&url) {
@@ -151,7 +196,13 @@ fn main() -> ExitCode {
         name: "worker".into(),
         dialer,
     };
-    let runtime = runtime::build(threads).expect("tokio runtime");
+    let runtime = match runtime::build(threads) {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
     // SIGTERM or Ctrl-C: new requests answered 503, those in flight finish
     // (at most GRACE), then the connection is closed with 1001.
     let code = runtime.block_on(async {
@@ -198,7 +249,13 @@ fn serve_directly(
         return ExitCode::from(2);
     };
     let _log = logging::init("worker");
-    let runtime = runtime::build(threads).expect("tokio runtime");
+    let runtime = match runtime::build(threads) {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
     runtime.block_on(async {
         let listener = match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => l,
@@ -213,7 +270,17 @@ fn serve_directly(
     })
 }
 
-fn usage() -> ExitCode {
-    eprintln!("{USAGE}");
+/// A bad command line: the error and the usage on stderr, status 2.
+fn bad(error: String) -> ExitCode {
+    eprintln!("worker: {error}\n{USAGE}\n(worker --help for more)");
     ExitCode::from(2)
+}
+
+/// `arg` unknown, or without a valid value.
+fn bad_arg(arg: &str) -> ExitCode {
+    if WITH_VALUE.contains(&arg) {
+        bad(format!("{arg}: a missing or invalid value"))
+    } else {
+        bad(format!("unknown option {arg}"))
+    }
 }

@@ -4,11 +4,15 @@
 //! nginx's `access_log … buffer=… flush=…` does, so that a request costs
 //! the serving thread a copy under a lock, not a write nor a thread wake-up.
 //! (A wake-up per line was a fifth of a relay's CPU on one core: BENCHMARKS.md.)
-//! Past 4 MiB unwritten (stderr is not being read), writers wait, as a
-//! line is never dropped for want of room. A write error drops the batch.
-//! At the end the guard waits at most a second for the rest to be written
-//! (a stuck stderr must not keep a stopping process alive), as
-//! `tracing-appender`'s guard does.
+//! A serving thread never waits for the output: past 4 MiB unwritten
+//! (stderr is not being read, or the thread could not start) a line is
+//! dropped and counted, as `tracing-appender`'s non-blocking writer does
+//! (lossy by default); once the output takes lines again, the count is
+//! written where the lines were lost, after the lines before them and
+//! before any after (`<name>: N log lines dropped: …`, or a JSON object). A
+//! write error drops the batch, counted the same way. At the end the guard
+//! waits at most a second for the rest to be written (a stuck stderr must
+//! not keep a stopping process alive), as `tracing-appender`'s guard does.
 #![allow(dead_code)] // shared by several examples, each using a part
 
 use std::io::{self, Write};
@@ -21,7 +25,7 @@ use tracing_subscriber::fmt::MakeWriter;
 const FLUSH_EVERY: Duration = Duration::from_millis(50);
 /// The batch is written at once when it grows past this.
 const HIGH_WATER: usize = 64 << 10;
-/// Writers wait while this much is unwritten.
+/// Past this much unwritten, lines are dropped (and counted).
 const BOUND: usize = 4 << 20;
 /// How long dropping the guard waits for the rest to be written.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
@@ -44,9 +48,14 @@ struct Shared {
     state: Mutex<State>,
     /// The writing thread waits on it.
     wake: Condvar,
-    /// Writers past the bound, and the guard at the end, wait on it.
+    /// The guard, at the end, waits on it.
     room: Condvar,
+    /// The line saying how many lines were dropped.
+    notice: Notice,
 }
+
+/// Makes the line that says how many lines were dropped (with its `\n`).
+pub type Notice = Box<dyn Fn(u64) -> String + Send + Sync>;
 
 #[derive(Default)]
 struct State {
@@ -56,14 +65,18 @@ struct State {
     closed: bool,
     /// The writing thread has written all and ended.
     finished: bool,
+    /// Lines dropped since the output last took a batch.
+    dropped: u64,
 }
 
-/// A writer to `out` and its guard, the writing thread started.
-pub fn start<W: Write + Send + 'static>(out: W) -> (BatchWriter, Guard) {
+/// A writer to `out` and its guard, the writing thread started; `notice`
+/// makes the line that says how many lines were dropped.
+pub fn start<W: Write + Send + 'static>(out: W, notice: Notice) -> (BatchWriter, Guard) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State::default()),
         wake: Condvar::new(),
         room: Condvar::new(),
+        notice,
     });
     let thread = {
         let shared = shared.clone();
@@ -87,16 +100,19 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Never waits for the output: past the bound the line is dropped.
     fn push(&self, line: &[u8], urgent: bool) {
         let mut st = self.lock();
-        if st.closed {
-            // The guard is gone (the program is ending): straight out.
+        if st.closed && st.finished {
+            // The guard is gone (the program is ending) and the output
+            // took everything: straight out.
             drop(st);
             let _ = io::stderr().write_all(line);
             return;
         }
-        while st.buf.len() >= BOUND && !st.closed {
-            st = self.room.wait(st).unwrap_or_else(|e| e.into_inner());
+        if st.buf.len() + line.len() > BOUND {
+            st.dropped += 1;
+            return;
         }
         let was_empty = st.buf.is_empty();
         st.buf.extend_from_slice(line);
@@ -123,11 +139,19 @@ impl Shared {
             }
             std::mem::swap(&mut st.buf, &mut batch);
             st.urgent = false;
+            // Dropped while this batch waited: they come after it.
+            let dropped = std::mem::take(&mut st.dropped);
             let closed = st.closed && st.buf.is_empty();
             drop(st);
-            self.room.notify_all();
-            if !batch.is_empty() {
-                let _ = out.write_all(&batch).and_then(|()| out.flush());
+            if dropped > 0 || !batch.is_empty() {
+                let lines = batch.iter().filter(|&&b| b == b'\n').count() as u64;
+                if dropped > 0 {
+                    batch.extend_from_slice((self.notice)(dropped).as_bytes());
+                }
+                if out.write_all(&batch).and_then(|()| out.flush()).is_err() {
+                    // Lost: counted, to be told when the output works.
+                    self.lock().dropped += lines + dropped;
+                }
                 batch.clear();
             }
             if closed {

@@ -1,13 +1,18 @@
 //! The examples' logs: `tracing` to stderr, `info` and up unless `RUST_LOG`
 //! says otherwise, as text or, with `--log-format json`, one JSON object
 //! per line. A write error (stderr closed, a broken pipe) drops the line:
-//! logging never panics and never stops the program. The WebSocket
+//! logging never panics and never stops the program. Nor does it wait for
+//! a stderr nobody reads: past 4 MiB unwritten, lines are dropped, and the
+//! log says how many once stderr moves again (`log_writer.rs`). The WebSocket
 //! library's logs stay at `info` and above whatever `RUST_LOG` says: at
 //! `trace` it logs the handshake's headers, the connect token among them.
 #![allow(dead_code)] // shared by several examples, each using a part
 
 #[path = "log_writer.rs"]
 mod log_writer;
+/// Counts in log lines (`1 worker`, `2 workers`).
+#[path = "plural.rs"]
+pub mod plural;
 
 use tracing_subscriber::EnvFilter;
 
@@ -32,12 +37,13 @@ pub fn json_requested() -> Option<bool> {
 /// dropping it writes what is left.
 #[must_use = "dropping the guard stops the log"]
 pub fn init(name: &'static str) -> log_writer::Guard {
-    let (writer, guard) = log_writer::start(std::io::stderr());
+    let json = json_requested() == Some(true);
+    let (writer, guard) = log_writer::start(std::io::stderr(), dropped_notice(name, json));
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .add_directive("tungstenite=info".parse().expect("a valid directive"))
         .add_directive("tokio_tungstenite=info".parse().expect("a valid directive"));
-    if json_requested() == Some(true) {
+    if json {
         let _ = tracing_subscriber::fmt()
             .json()
             .flatten_event(true)
@@ -60,6 +66,29 @@ pub fn init(name: &'static str) -> log_writer::Guard {
         .event_format(Prefixed(name))
         .try_init();
     guard
+}
+
+/// The line saying that `n` lines were dropped, in the log's format:
+/// `<name>: N log lines dropped: …`, or a JSON object (a warning with the
+/// field `dropped`).
+pub fn dropped_notice(name: &'static str, json: bool) -> log_writer::Notice {
+    Box::new(move |n| {
+        let message = format!(
+            "{} dropped: the output (stderr) was not taking them",
+            plural::count(n as usize, "log line")
+        );
+        if json {
+            let line = serde_json::json!({
+                "level": "WARN",
+                "message": message,
+                "dropped": n,
+                "target": "log",
+            });
+            format!("{line}\n")
+        } else {
+            format!("{name}: {message}\n")
+        }
+    })
 }
 
 /// `<name>: <message> key=value …`, as the examples have always logged.

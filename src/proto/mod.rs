@@ -65,6 +65,8 @@ pub use relay::{
     OverflowConfig, RelayConfig, RelayConfigBuilder, RelayConnection, RelayEnd, RelayEvent,
 };
 pub use stats::Stats;
+#[cfg(feature = "tunnel")]
+pub(crate) use worker::FAILED_BODY;
 pub use worker::{WorkerConnection, WorkerEnd, WorkerEvent, MAX_PENDING_REFUSALS};
 pub use worker_config::{WorkerConfig, WorkerConfigBuilder};
 

@@ -19,6 +19,9 @@ use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
+/// The body of the 500 a stream failed before its response gets.
+pub(crate) const FAILED_BODY: &[u8] = b"Internal Server Error";
+
 /// Refusals (400 for a malformed request, 503 over `max_streams`, `abort`
 /// for a request body that broke its Content-Length) the worker queues
 /// before it stops reading until they have gone out: a relay that keeps
@@ -289,7 +292,6 @@ impl WorkerConnection {
         match s.resp {
             Resp::Finished => Ok(()),
             Resp::NotStarted => {
-                const BODY: &[u8] = b"Internal Server Error";
                 // Exactly what Strata's worker sends (no content-length).
                 let headers =
                     Headers::try_from_pairs([("content-type", "text/plain; charset=utf-8")])
@@ -303,9 +305,10 @@ impl WorkerConnection {
                 self.core
                     .out
                     .push_stream_control(key, &ControlFrame::Response { id, head });
-                self.core
-                    .out
-                    .push_stream_message(key, Message::Binary(frame::encode_chunk(id, BODY)));
+                self.core.out.push_stream_message(
+                    key,
+                    Message::Binary(frame::encode_chunk(id, FAILED_BODY)),
+                );
                 self.core.out.open(key, id);
                 self.core.out.finish(key);
                 Ok(())

@@ -139,7 +139,9 @@ where
             }
             () = tokio::time::sleep(Duration::from_millis(10)), if flush_tick.is_some() => {}
             () = tokio::time::sleep_until(grace_end.unwrap_or_else(tokio::time::Instant::now)), if grace_end.is_some() => {
-                tracing::warn!("grace period over: {} requests cut; closing (1001)", tasks.len());
+                let cut = tasks.len();
+                let noun = if cut == 1 { "request" } else { "requests" };
+                tracing::warn!("grace period over: {cut} {noun} cut; closing (1001)");
                 incoming.close(CloseCode::GOING_AWAY, "the worker is shutting down");
                 closed = true;
             }
@@ -213,8 +215,7 @@ where
         Ok(Ok(r)) => r,
         _ => {
             tracing::debug!("a request the http crate cannot carry: {}", head.target());
-            observe::request("500");
-            return responder.fail();
+            return answer_500(responder);
         }
     };
     let mut gone = pin!(responder.client_gone());
@@ -236,8 +237,7 @@ where
         Ok(r) => r,
         Err(e) => {
             tracing::warn!("the service failed: {e}; answering 500");
-            observe::request("500");
-            return responder.fail();
+            return answer_500(responder);
         }
     };
     let (parts, body) = response.into_parts();
@@ -245,8 +245,7 @@ where
         Ok(h) => h,
         Err(e) => {
             tracing::warn!("the service's response cannot be sent: {e}; answering 500");
-            observe::request("500");
-            return responder.fail();
+            return answer_500(responder);
         }
     };
     let status = head.status().to_string();
@@ -261,6 +260,13 @@ where
         () = gone => false, // the caller left mid-body: drop the app's body
     };
     observe::request(if ok { &status } else { "aborted" });
+}
+
+/// Answers 500 (`Responder::fail`), its body counted as sent.
+fn answer_500(responder: rt::Responder) {
+    observe::request("500");
+    observe::bytes("down", crate::proto::FAILED_BODY.len() as u64);
+    responder.fail();
 }
 
 /// Streams `body` into `sink`, each piece going out as soon as the body

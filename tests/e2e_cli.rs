@@ -1,0 +1,122 @@
+//! Issue 39, the examples' command lines and wording: `--help` prints the
+//! help to stdout and exits 0 (the relay's and the worker's), an unknown
+//! option still exits 2 with the error on stderr, and a count of one is
+//! logged in the singular (`1 worker`, not `1 workers`).
+
+#[path = "../examples/common/plural.rs"]
+mod plural;
+#[path = "e2e/support.rs"]
+mod support;
+#[path = "../examples/common/worker_app.rs"]
+mod worker_app;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::{example_bin, free_port, tokens_file, Proc, CONNECT_TOKEN};
+
+/// Runs an example to its end (it exits at once for these arguments);
+/// returns its status, stdout and stderr.
+fn run(example: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(example_bin(example))
+        .args(args)
+        .stdin(Stdio::null())
+        .env_remove("STRATA_WORKER_CONNECT_TOKEN")
+        .env_remove("STRATA_WORKER_TOKEN")
+        .output()
+        .expect("run the example");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_goes_to_stdout_and_exits_0() {
+    for example in ["relay", "worker"] {
+        for flag in ["--help", "-h"] {
+            let (code, stdout, stderr) = run(example, &[flag]);
+            assert_eq!(code, Some(0), "{example} {flag}: {stderr}");
+            assert!(
+                stdout.contains(&format!("usage: {example} ")),
+                "{example} {flag}: the usage on stdout: {stdout:?}"
+            );
+            assert!(
+                stdout.contains("exit status"),
+                "{example} {flag}: the exit statuses documented: {stdout}"
+            );
+            assert!(stderr.is_empty(), "{example} {flag}: stderr {stderr:?}");
+        }
+        // After other arguments too, even ones that are wrong.
+        let (code, stdout, _) = run(example, &["--threads", "0", "--help"]);
+        assert_eq!(code, Some(0), "{example}");
+        assert!(stdout.contains("usage:"), "{example}: {stdout}");
+    }
+    // The relay documents the status of a drain its grace cut.
+    let (_, stdout, _) = run("relay", &["--help"]);
+    assert!(stdout.contains("--grace"), "{stdout}");
+    assert!(stdout.contains("3 "), "{stdout}");
+}
+
+#[test]
+fn an_unknown_option_exits_2_with_the_error_on_stderr() {
+    for example in ["relay", "worker"] {
+        let (code, stdout, stderr) = run(example, &["--no-such-option"]);
+        assert_eq!(code, Some(2), "{example}: {stderr}");
+        assert!(stdout.is_empty(), "{example}: stdout {stdout:?}");
+        assert!(
+            stderr.contains("--no-such-option"),
+            "{example}: the error names the option: {stderr}"
+        );
+        assert!(stderr.contains("usage:"), "{example}: {stderr}");
+        // A known option without its value.
+        let (code, _, stderr) = run(example, &["--threads"]);
+        assert_eq!(code, Some(2), "{example}: {stderr}");
+        assert!(stderr.contains("--threads"), "{example}: {stderr}");
+    }
+}
+
+#[test]
+fn counts_are_singular_for_one() {
+    assert_eq!(plural::count(0, "worker"), "0 workers");
+    assert_eq!(plural::count(1, "worker"), "1 worker");
+    assert_eq!(plural::count(2, "request"), "2 requests");
+    assert_eq!(plural::count(1, "connection"), "1 connection");
+}
+
+#[test]
+fn a_reload_of_one_worker_says_1_worker() {
+    let port = free_port();
+    let tokens = tokens_file(&format!("abc {CONNECT_TOKEN}\nidle ct-idle-worker-token\n"));
+    let mut cmd = Command::new(example_bin("relay"));
+    cmd.arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--tokens")
+        .arg(&tokens)
+        .env("RUST_LOG", "info");
+    let relay = Proc::spawn(cmd);
+    assert!(
+        relay.wait_log("listening on", Duration::from_secs(20)),
+        "{}",
+        relay.log()
+    );
+    let hup = |p: &Proc| {
+        let pid = p.child.id() as i32;
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    };
+    hup(&relay);
+    assert!(
+        relay.wait_log("2 workers;", Duration::from_secs(10)),
+        "{}",
+        relay.log()
+    );
+    std::fs::write(&tokens, format!("abc {CONNECT_TOKEN}\n")).unwrap();
+    hup(&relay);
+    assert!(
+        relay.wait_log("reloaded", Duration::from_secs(10))
+            && relay.wait_log(": 1 worker;", Duration::from_secs(10)),
+        "{}",
+        relay.log()
+    );
+    assert!(!relay.log().contains("1 workers"), "{}", relay.log());
+}
