@@ -51,7 +51,7 @@ mod worker_app;
 
 use std::process::ExitCode;
 use worker_relay::connect::Token;
-use worker_relay::ws::{Dialer, Target};
+use worker_relay::ws::Dialer;
 
 const USAGE: &str = "usage: worker --connect wss://HOST:PORT/connect [--ca-file CA.pem] [--allow-insecure] [--upstream http://HOST:PORT [--upstream-connections N]] [--threads N] [--admin HOST:PORT] [--log-format text|json]\n       worker --listen HOST:PORT [--threads N]   (the app served directly, no relay)";
 
@@ -146,24 +146,17 @@ fn main() -> ExitCode {
     let Some(url) = url else {
         return bad("--connect (or --listen) is required".into());
     };
-    // Where the token would go, decided before any lookup or dial.
-    match Target::parse(&url) {
-        Err(e) => {
-            eprintln!("worker: {e}");
-            return ExitCode::from(2);
-        }
-        Ok(t) if !t.tls && !t.is_loopback() && !allow_insecure => {
-            eprintln!(
-                "worker: refusing to send the connect token in the clear to {}: \
-                 use wss:// (the spec: wss:// anywhere but a test), or pass \
-                 --allow-insecure for a network you trust",
-                t.host
-            );
-            return ExitCode::from(2);
-        }
-        Ok(_) => {}
+    // Where the token would go, decided before any lookup or dial (the
+    // library's check, which every dial makes too).
+    let mut dialer = Dialer::new().allow_cleartext_token(allow_insecure);
+    if let Err(e) = dialer.check(&url, false) {
+        eprintln!("worker: {e}");
+        return ExitCode::from(2);
     }
-    let mut dialer = Dialer::new();
+    if let Err(e) = dialer.check(&url, true) {
+        eprintln!("worker: {e} (--allow-insecure)");
+        return ExitCode::from(2);
+    }
     if let Some(path) = ca_file {
         let added = std::fs::read(&path)
             .map_err(|e| e.to_string())

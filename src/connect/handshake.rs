@@ -169,7 +169,9 @@ pub enum Refused {
     #[error("the relay selected subprotocol {0:?}, not strata-worker-connect.v1")]
     WrongSubprotocol(String),
     /// The relay's URL cannot be dialled (not a `ws://` or `wss://` URL, no
-    /// host, a scheme this build has no TLS for); the value says why.
+    /// host, a scheme this build has no TLS for, or plain `ws://` to a host
+    /// that is not loopback with a connect token: see
+    /// `ws::Dialer::allow_cleartext_token`); the value says why.
     #[error("cannot dial the relay's URL: {0}")]
     InvalidUrl(String),
 }

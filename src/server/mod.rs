@@ -4,8 +4,8 @@
 //! - **HTTP/1.1 and HTTP/2** on one port: an HTTP/2 client is told apart
 //!   by its connection preface (with prior knowledge on plain TCP, or after
 //!   ALPN `h2` over TLS), which must come within the header-read timeout.
-//! - **TLS** (feature `rustls`, [`ServerConfig::tls`]): a certificate from
-//!   PEM files, replaced on [`ServerTls::reload`] for new handshakes while
+//! - **TLS** (feature `rustls`, `ServerConfig::tls`): a certificate from
+//!   PEM files, replaced on `ServerTls::reload` for new handshakes while
 //!   open connections go on; the handshake must end within the header-read
 //!   timeout. Workers' WebSocket upgrades work over it (HTTP/1.1).
 //! - **The peer's address** reaches the service as a [`PeerAddr`] request

@@ -10,7 +10,9 @@
 //!   caller goes away, the service's future is dropped.
 //! - [`Tunnel`] is the whole worker: dial with [`ws::dial`](crate::ws::dial),
 //!   serve, reconnect with the spec's [`Backoff`](crate::connect::Backoff)
-//!   and jitter, until the relay refuses the worker for good.
+//!   and jitter, until the relay refuses the worker for good. Its dial
+//!   failures are retried and logged through `tracing`; a program without a
+//!   subscriber sees them with [`Tunnel::on_event`] ([`TunnelEvent`]).
 //!
 //! ```no_run
 //! # async fn run() {
@@ -26,9 +28,11 @@
 //! ```
 
 mod body;
+mod events;
 mod run;
 
 pub use body::{TunnelBody, PEEK_WAIT};
+pub use events::TunnelEvent;
 pub use run::{Jitter, Tunnel, TunnelEnd};
 
 use crate::forward::{request_builder, response_head_from_parts};
@@ -76,7 +80,8 @@ where
 /// answered 503 with `Retry-After: 1` without reaching the service, the
 /// requests in flight finish (at most `grace`), and the connection is then
 /// closed with 1001 (going away). Returns how the connection ended and
-/// whether `shutdown` had fired.
+/// whether `shutdown` had fired. A `grace` too long for the clock
+/// (`Duration::MAX`) waits for the requests in flight without a limit.
 pub async fn serve_until<S, E, Svc, B, F>(
     socket: S,
     config: WorkerConfig,
@@ -135,7 +140,7 @@ where
                     tasks.len(),
                     grace.as_secs()
                 );
-                draining = Some(tokio::time::Instant::now() + grace);
+                draining = Some(crate::ws::deadline_after(tokio::time::Instant::now(), grace));
             }
             () = tokio::time::sleep(Duration::from_millis(10)), if flush_tick.is_some() => {}
             () = tokio::time::sleep_until(grace_end.unwrap_or_else(tokio::time::Instant::now)), if grace_end.is_some() => {

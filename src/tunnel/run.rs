@@ -1,5 +1,6 @@
 //! The worker's whole life: dial, serve, reconnect.
 
+use super::events::{self, Observer, TunnelEvent};
 use super::TunnelBody;
 use crate::connect::{Backoff, BackoffConfig, Refused, Token, Verdict, WorkerHandshake};
 use crate::proto::WorkerConfig;
@@ -17,6 +18,19 @@ pub type Jitter = Box<dyn FnMut() -> f64 + Send>;
 /// reconnects after the spec's backoff (1 s doubling to 60 s, a random wait
 /// in `[delay/2, delay]`, back to 1 s after a handshake succeeds) until the
 /// relay refuses it for good.
+///
+/// A dial that fails (an untrusted CA, a closed port, a name that does not
+/// resolve, a 5xx) is retried after the backoff, without end: the tunnel
+/// logs why through `tracing` (at `warn`), which a program that installed
+/// no subscriber never sees. Such a program watches the tunnel with
+/// [`Tunnel::on_event`]: each dial failure, connection, disconnection and
+/// wait reaches its callback as a [`TunnelEvent`].
+///
+/// A connect token goes over plain `ws://` only to a loopback host: to
+/// any other, the first dial is a final refusal
+/// ([`Refused::InvalidUrl`]) unless the dialer allows it
+/// ([`ws::Dialer::allow_cleartext_token`], or
+/// [`Tunnel::allow_cleartext_token`]).
 pub struct Tunnel {
     url: String,
     handshake: WorkerHandshake,
@@ -24,6 +38,7 @@ pub struct Tunnel {
     backoff: BackoffConfig,
     dialer: ws::Dialer,
     jitter: Jitter,
+    observer: Option<Observer>,
 }
 
 impl Tunnel {
@@ -37,6 +52,7 @@ impl Tunnel {
             backoff: BackoffConfig::default(),
             dialer: ws::Dialer::new(),
             jitter: Box::new(random_unit),
+            observer: None,
         }
     }
 
@@ -52,7 +68,8 @@ impl Tunnel {
         self
     }
 
-    /// How long one dial may take (default [`ws::DIAL_TIMEOUT`]).
+    /// How long one dial may take (default [`ws::DIAL_TIMEOUT`];
+    /// `Duration::MAX` is no limit).
     pub fn dial_timeout(mut self, timeout: Duration) -> Tunnel {
         self.dialer = self.dialer.timeout(timeout);
         self
@@ -63,6 +80,30 @@ impl Tunnel {
     pub fn dialer(mut self, dialer: ws::Dialer) -> Tunnel {
         self.dialer = dialer;
         self
+    }
+
+    /// Whether the connect token may go over plain `ws://` to a host that
+    /// is not loopback (default `false`: such a tunnel's first dial is a
+    /// final refusal, before any lookup). See
+    /// [`ws::Dialer::allow_cleartext_token`].
+    pub fn allow_cleartext_token(mut self, allow: bool) -> Tunnel {
+        self.dialer = self.dialer.allow_cleartext_token(allow);
+        self
+    }
+
+    /// Calls `observer` with each [`TunnelEvent`]: a dial that failed (and
+    /// why), a connection made or ended, the wait before the next dial. It
+    /// runs on the tunnel's task, between dials: keep it short (send the
+    /// event to a channel, set a status).
+    pub fn on_event(mut self, observer: impl FnMut(TunnelEvent) + Send + 'static) -> Tunnel {
+        self.observer = Some(Box::new(observer));
+        self
+    }
+
+    fn tell(&mut self, event: TunnelEvent) {
+        if let Some(observer) = self.observer.as_mut() {
+            observer(event);
+        }
     }
 
     /// The randomness of the backoff's jitter (default: drawn from the
@@ -126,6 +167,7 @@ impl Tunnel {
             let verdict = match dialled {
                 Ok(socket) => {
                     tracing::info!("connected to {}", self.url);
+                    self.tell(TunnelEvent::Connected);
                     crate::observe::worker::connect("connected");
                     crate::observe::worker::connected(true);
                     backoff.reset();
@@ -139,6 +181,7 @@ impl Tunnel {
                     .await;
                     crate::observe::worker::connected(false);
                     log_end(&result);
+                    self.tell(TunnelEvent::Disconnected(events::ended(&result)));
                     if stopped {
                         return TunnelEnd::Stopped;
                     }
@@ -160,6 +203,7 @@ impl Tunnel {
                     if !e.verdict().is_final() {
                         tracing::warn!("dialling {}: {e}", self.url);
                     }
+                    self.tell(TunnelEvent::DialFailed(e.clone()));
                     e.into_verdict()
                 }
             };
@@ -180,6 +224,7 @@ impl Tunnel {
                     wait
                 }
             };
+            self.tell(TunnelEvent::Reconnecting(wait));
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = shutdown.as_mut() => return TunnelEnd::Stopped,

@@ -12,6 +12,18 @@ use std::net::IpAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+
+/// The largest read buffer [`Dialer::read_buffer`] takes: a larger setting
+/// is clamped to it (`usize::MAX` failed the buffer's allocation, a panic
+/// in the dial).
+const MAX_READ_BUFFER: usize = super::MAX_BUFFERED_MESSAGE;
+
+/// `now + after`, or a deadline some 30 years away when that overflows
+/// (`Duration::MAX` is "no limit").
+pub(crate) fn deadline_after(now: Instant, after: Duration) -> Instant {
+    now.checked_add(after)
+        .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400))
+}
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError, SubProtocolError};
 use tokio_tungstenite::tungstenite::handshake::client::Request;
@@ -150,12 +162,22 @@ impl From<DialError> for Verdict {
     }
 }
 
-/// The worker's dial, with its settings: the time limit and (feature
-/// `rustls`) whom it trusts for `wss://`. Cheap to clone.
+/// The worker's dial, with its settings: the time limit, whether a connect
+/// token may go over plain `ws://` to a host that is not loopback (no, by
+/// default), and (feature `rustls`) whom it trusts for `wss://`. Cheap to
+/// clone.
+///
+/// The TCP connection is Happy Eyeballs style (RFC 8305): the host's
+/// addresses are tried with their families alternating, a new attempt
+/// starting every [`ATTEMPT_DELAY`](super::ATTEMPT_DELAY) (250 ms) beside
+/// the pending ones, or at once when one fails; the first to connect is
+/// kept. An address that never answers (a blackholed AAAA record) delays
+/// the dial by 250 ms instead of taking its whole time limit.
 #[derive(Clone, Debug)]
 pub struct Dialer {
     timeout: Duration,
     read_buffer: usize,
+    cleartext_token: bool,
     #[cfg(feature = "rustls")]
     tls: super::tls::ClientTls,
 }
@@ -174,12 +196,14 @@ impl Dialer {
         Dialer {
             timeout: DIAL_TIMEOUT,
             read_buffer: DIAL_READ_BUFFER,
+            cleartext_token: false,
             #[cfg(feature = "rustls")]
             tls: super::tls::ClientTls::default(),
         }
     }
 
-    /// How long one dial may take, all steps together.
+    /// How long one dial may take, all steps together. `Duration::MAX`
+    /// (or anything too long for the clock) is no limit.
     pub fn timeout(mut self, timeout: Duration) -> Dialer {
         self.timeout = timeout;
         self
@@ -195,9 +219,53 @@ impl Dialer {
     /// takes from the socket. [`DIAL_READ_BUFFER`] by default; a process
     /// that holds many idle connections may want [`READ_BUFFER`](super::READ_BUFFER),
     /// the relay's, at the price of a system call per 4 KiB of body.
+    /// At most [`MAX_BUFFERED_MESSAGE`](super::MAX_BUFFERED_MESSAGE) (16 MiB):
+    /// a larger setting is clamped to it.
     pub fn read_buffer(mut self, bytes: usize) -> Dialer {
-        self.read_buffer = bytes;
+        self.read_buffer = bytes.min(MAX_READ_BUFFER);
         self
+    }
+
+    /// Whether the dial may send a connect token over plain `ws://` to a
+    /// host that is not loopback (default `false`). The spec says "use
+    /// `wss://` anywhere but a test": anyone on the path could read the
+    /// token and connect as this worker. By default such a dial is
+    /// [`Refused::InvalidUrl`] before any lookup; `true` allows it, for a
+    /// network you trust. Loopback hosts ([`Target::is_loopback`]) and dials
+    /// without a token are always allowed.
+    pub fn allow_cleartext_token(mut self, allow: bool) -> Dialer {
+        self.cleartext_token = allow;
+        self
+    }
+
+    /// What [`Dialer::allow_cleartext_token`] set.
+    pub fn allows_cleartext_token(&self) -> bool {
+        self.cleartext_token
+    }
+
+    /// The checks [`Dialer::dial`] makes before it touches the network, for
+    /// a program that wants to refuse a bad setting at start: `url` must be
+    /// a `ws://` or `wss://` URL this build can dial, and, when the dial
+    /// would carry a connect token (`with_token`), not plain `ws://` to a
+    /// host that is not loopback unless
+    /// [`allow_cleartext_token`](Dialer::allow_cleartext_token). The error's
+    /// verdict is [`Verdict::Refused`].
+    pub fn check(&self, url: &str, with_token: bool) -> Result<Target, DialError> {
+        let (_, target) = target_of(url, TLS_COMPILED).map_err(DialError::refused)?;
+        self.guard(&target, with_token)?;
+        Ok(target)
+    }
+
+    fn guard(&self, target: &Target, with_token: bool) -> Result<(), DialError> {
+        if with_token && !target.tls && !target.is_loopback() && !self.cleartext_token {
+            return Err(DialError::refused(Refused::InvalidUrl(format!(
+                "refusing to send the connect token in the clear to {}: use wss:// \
+                 (the spec: wss:// anywhere but a test), or allow plain ws:// \
+                 explicitly for a network you trust",
+                target.host
+            ))));
+        }
+        Ok(())
     }
 
     /// Dials `url` (`ws://host:port/path`, or `wss://` with feature
@@ -206,20 +274,22 @@ impl Dialer {
     /// judged as the spec says. `Ok` is a connection that selected the
     /// protocol's subprotocol. An error's [`DialError::verdict`] is
     /// [`Verdict::Refused`] for a final refusal (a 4xx other than 408/429,
-    /// a 101 without the subprotocol, a URL that cannot be dialled, checked
-    /// before any lookup), [`Verdict::Retry`] for anything to retry after
+    /// a 101 without the subprotocol, a URL that cannot be dialled or a
+    /// token that would go in the clear, both checked before any lookup:
+    /// see [`Dialer::check`]), [`Verdict::Retry`] for anything to retry after
     /// the backoff (DNS, TCP, TLS, a 5xx, the time limit).
     pub async fn dial(&self, url: &str, handshake: &WorkerHandshake) -> Result<Dialled, DialError> {
         let (mut request, target) = target_of(url, TLS_COMPILED).map_err(DialError::refused)?;
+        self.guard(&target, handshake.token().is_some())?;
         request
             .headers_mut()
             .extend(handshake.request_headers().to_header_map());
-        let deadline = Instant::now() + self.timeout;
+        let deadline = deadline_after(Instant::now(), self.timeout);
         let tcp = within(
             deadline,
             self.timeout,
             "resolving the host and connecting",
-            connect(&target),
+            super::happy::connect(&target),
         )
         .await?;
         let stream = if target.tls {
@@ -325,27 +395,6 @@ async fn within<T>(
             limit.as_secs_f64()
         ))),
     }
-}
-
-/// Looks the host up and connects to its addresses in turn.
-async fn connect(target: &Target) -> Result<TcpStream, DialError> {
-    let host = target.host.as_str();
-    let addrs = tokio::net::lookup_host((host, target.port))
-        .await
-        .map_err(|e| DialError::network(format!("DNS lookup of {host} failed: {e}")))?;
-    let mut last = None;
-    for addr in addrs {
-        match TcpStream::connect(addr).await {
-            Ok(tcp) => {
-                let _ = tcp.set_nodelay(true);
-                return Ok(tcp);
-            }
-            Err(e) => last = Some(format!("connecting to {addr}: {e}")),
-        }
-    }
-    Err(DialError::network(last.unwrap_or_else(|| {
-        format!("DNS lookup of {host} found no address")
-    })))
 }
 
 #[cfg(test)]

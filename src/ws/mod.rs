@@ -15,10 +15,15 @@
 //!   (a 101 without the subprotocol is a final refusal, not a network error
 //!   to retry), and a [`DialError`] that says what failed (DNS, TCP, TLS
 //!   with rustls's reason, the relay's status, the time limit). A
-//!   `wss://` URL in a build without TLS is a final refusal at once.
+//!   `wss://` URL in a build without TLS is a final refusal at once, and so
+//!   is a connect token that would go over plain `ws://` to a host that is
+//!   not loopback, unless [`Dialer::allow_cleartext_token`]. The TCP
+//!   connection is Happy Eyeballs style (RFC 8305): addresses of both
+//!   families in turn, a new attempt every [`ATTEMPT_DELAY`] beside the
+//!   pending ones, the first to connect kept.
 //! - [`Target`]: a relay URL's scheme, host and port, and whether the host
-//!   is loopback, decided before any lookup (a worker may refuse to send
-//!   its token over plain `ws://` to anything else).
+//!   is loopback, decided before any lookup (the dial refuses to send a
+//!   token over plain `ws://` to anything else, unless told to).
 //!
 //! ```no_run
 //! # async fn run() {
@@ -44,6 +49,7 @@
 //! ```
 
 mod dial;
+mod happy;
 #[cfg(feature = "gateway")]
 pub(crate) mod read_ahead;
 mod stream;
@@ -51,7 +57,10 @@ mod stream;
 mod tls;
 
 pub use crate::send_lowat::{set_unsent_lowat, PacedTcp, MAX_UNSENT_LOWAT, UNSENT_LOWAT};
+#[cfg(feature = "tunnel")]
+pub(crate) use dial::deadline_after;
 pub use dial::{DialError, Dialer, Dialled, Target, TLS_COMPILED};
+pub use happy::ATTEMPT_DELAY;
 pub use stream::DialStream;
 #[cfg(feature = "rustls")]
 pub use tls::TlsError;
@@ -90,7 +99,8 @@ pub const READ_BUFFER: usize = 4 << 10;
 pub const DIAL_READ_BUFFER: usize = 128 << 10;
 
 /// How long [`dial`] waits for the TCP connection and the upgrade answer
-/// together, by default.
+/// together, by default. (A dial does not spend it all on one address that
+/// never answers: see [`ATTEMPT_DELAY`].)
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// tungstenite's settings for this protocol, both sides: messages up to

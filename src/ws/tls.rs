@@ -124,6 +124,12 @@ fn build(extra: &[CertificateDer<'static>]) -> Result<Arc<ClientConfig>, String>
             "no trusted roots: the platform's could not be read ({why}) and no CA was given"
         ));
     }
+    // rustls 0.23.48 deprecates `ring::default_provider` ("no support for
+    // post-quantum algorithms") and offers no other way to name ring: ring
+    // is still the provider this crate chooses (see the module's doc), so
+    // the warning is allowed here. A program that wants post-quantum key
+    // exchange gives its own configuration (`Dialer::tls_config`).
+    #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
