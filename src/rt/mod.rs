@@ -83,6 +83,7 @@
 
 mod driver;
 mod overflow;
+mod overflow_io;
 // Shared by the gateway and the tunnel, each using a part.
 #[cfg(any(feature = "gateway", feature = "tunnel"))]
 #[cfg_attr(not(all(feature = "gateway", feature = "tunnel")), allow(dead_code))]
@@ -97,7 +98,7 @@ mod tokio_timer;
 mod worker;
 
 pub use driver::{Closed, DriverError};
-pub use overflow::{MemoryOverflow, Overflow, OverflowFile};
+pub use overflow::{MemoryOverflow, Overflow, OverflowFile, OverflowJob};
 pub use relay::{
     relay, relay_with_overflow, RelayDriver, RelayError, RelayHandle, RequestSink, ResponseBody,
     ResponseFuture, WorkerResponse,
