@@ -35,7 +35,9 @@
 //! takes the next piece back from the [`Overflow`] store itself, in the
 //! reader's task, without waiting for the driver to run (it may then also
 //! append other streams' spilled chunks to their stores, as the driver
-//! would have).
+//! would have). A store that may block hands that work to a thread
+//! ([`Overflow::spawn`]): nothing then waits for it but its own stream, and
+//! the reader is woken when its bytes are back.
 //!
 //! # Sending a request with a body
 //!

@@ -51,6 +51,45 @@ pub trait Overflow: Send + Sync + 'static {
     /// connection's lock: the default, right for a store in memory. A job
     /// dropped without being run fails its stream
     /// ([`BodyError::Overflow`](super::BodyError::Overflow)).
+    ///
+    /// A store whose work runs on a thread of its own, on any executor:
+    ///
+    /// ```
+    /// use std::sync::{mpsc, Arc};
+    /// use worker_relay::rt::{MemoryOverflow, Overflow, OverflowFile, OverflowJob};
+    ///
+    /// struct OnThread<S> {
+    ///     store: S,
+    ///     jobs: mpsc::Sender<OverflowJob>,
+    /// }
+    ///
+    /// impl<S> OnThread<S> {
+    ///     fn new(store: S) -> std::io::Result<OnThread<S>> {
+    ///         let (jobs, rx) = mpsc::channel::<OverflowJob>();
+    ///         std::thread::Builder::new()
+    ///             .name("overflow".into())
+    ///             .spawn(move || rx.into_iter().for_each(|job| job()))?;
+    ///         Ok(OnThread { store, jobs })
+    ///     }
+    /// }
+    ///
+    /// impl<S: Overflow> Overflow for OnThread<S> {
+    ///     fn create(&self) -> std::io::Result<Box<dyn OverflowFile>> {
+    ///         self.store.create()
+    ///     }
+    ///     fn spawn(&self, job: OverflowJob) -> Result<(), OverflowJob> {
+    ///         // The thread gone: run it inline.
+    ///         self.jobs.send(job).map_err(|e| e.0)
+    ///     }
+    /// }
+    ///
+    /// let store: Arc<dyn Overflow> = Arc::new(OnThread::new(MemoryOverflow::default())?);
+    /// // rt::relay_with_overflow(socket, timer, config, store)
+    /// # let (tx, rx) = mpsc::channel();
+    /// # assert!(store.spawn(Box::new(move || tx.send(()).unwrap())).is_ok());
+    /// # rx.recv().unwrap();
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     fn spawn(&self, job: OverflowJob) -> Result<(), OverflowJob> {
         Err(job)
     }

@@ -247,7 +247,7 @@ impl Drain {
                 Some(f) => Ok(f),
                 None => self.overflow.create(),
             };
-            let done = match (&mut file, op) {
+            let mut done = match (&mut file, op) {
                 (Ok(f), Op::Append(data)) => f.append(data).err().map(|_| Done::Failed),
                 (Ok(f), Op::Read(max)) => Some(f.read(max).map_or(Done::Failed, Done::Read)),
                 (Err(_), _) => Some(Done::Failed),
@@ -256,6 +256,11 @@ impl Drain {
                 let mut p = lock(&self.pipe);
                 p.file = file.ok();
                 p.failed |= matches!(done, Some(Done::Failed));
+                if p.closed {
+                    // The stream is done with this store (it may have
+                    // another by now): nothing of it goes back.
+                    done = None;
+                }
             }
             self.io.complete(1, appending, done.map(|d| (self.key, d)));
         }
@@ -268,15 +273,15 @@ impl Drop for Drain {
             return;
         }
         // Dropped unrun (its executor shut down): the stream cannot go on.
-        let (file, (ops, appending)) = {
+        let (file, (ops, appending), closed) = {
             let mut p = lock(&self.pipe);
             p.running = false;
             p.failed = true;
-            (p.file.take(), p.drop_ops())
+            (p.file.take(), p.drop_ops(), p.closed)
         };
         drop(file);
-        self.io
-            .complete(ops, appending, Some((self.key, Done::Failed)));
+        let done = (!closed).then_some((self.key, Done::Failed));
+        self.io.complete(ops, appending, done);
     }
 }
 
