@@ -206,7 +206,9 @@ impl GatewayBuilder {
     /// temporary files in [`std::env::temp_dir`] within one 8 GiB budget
     /// for the whole gateway (a runtime and a file system are at hand
     /// here, and RAM is the scarcer of the two); the per-response and
-    /// per-connection bounds are [`RelayConfig::overflow`]'s.
+    /// per-connection bounds are [`RelayConfig::overflow`]'s. The store's
+    /// work runs where its [`Overflow::spawn`] says, else on tokio's
+    /// blocking pool, never under a worker connection's lock.
     pub fn overflow(mut self, overflow: Arc<dyn Overflow>) -> Self {
         self.overflow = overflow;
         self

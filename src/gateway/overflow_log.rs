@@ -2,8 +2,12 @@
 //! stream was given up: its budget spent, or the disk full (`ENOSPC`), or
 //! any other error of the store. The access log then shows `end=overflow`
 //! for the request, and this line says what to fix.
+//!
+//! Its work runs where the store says, else on tokio's blocking pool: a
+//! slow disk then holds up the slow caller's stream alone, not the worker
+//! connection's lock, driver and threads.
 
-use crate::rt::{Overflow, OverflowFile};
+use crate::rt::{Overflow, OverflowFile, OverflowJob};
 use bytes::Bytes;
 use std::io;
 use std::sync::Arc;
@@ -16,6 +20,21 @@ impl Overflow for Logged {
         match self.0.create() {
             Ok(file) => Ok(Box::new(LoggedFile(file))),
             Err(e) => Err(logged("cannot make a store", e)),
+        }
+    }
+
+    fn spawn(&self, job: OverflowJob) -> Result<(), OverflowJob> {
+        let job = match self.0.spawn(job) {
+            Ok(()) => return Ok(()),
+            Err(job) => job,
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(job);
+                Ok(())
+            }
+            // Outside a runtime (a body dropped after it): inline.
+            Err(_) => Err(job),
         }
     }
 }

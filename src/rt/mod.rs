@@ -35,7 +35,9 @@
 //! takes the next piece back from the [`Overflow`] store itself, in the
 //! reader's task, without waiting for the driver to run (it may then also
 //! append other streams' spilled chunks to their stores, as the driver
-//! would have).
+//! would have). A store that may block hands that work to a thread
+//! ([`Overflow::spawn`]): nothing then waits for it but its own stream, and
+//! the reader is woken when its bytes are back.
 //!
 //! # Sending a request with a body
 //!
@@ -83,6 +85,7 @@
 
 mod driver;
 mod overflow;
+mod overflow_io;
 // Shared by the gateway and the tunnel, each using a part.
 #[cfg(any(feature = "gateway", feature = "tunnel"))]
 #[cfg_attr(not(all(feature = "gateway", feature = "tunnel")), allow(dead_code))]
@@ -97,7 +100,7 @@ mod tokio_timer;
 mod worker;
 
 pub use driver::{Closed, DriverError};
-pub use overflow::{MemoryOverflow, Overflow, OverflowFile};
+pub use overflow::{MemoryOverflow, Overflow, OverflowFile, OverflowJob};
 pub use relay::{
     relay, relay_with_overflow, RelayDriver, RelayError, RelayHandle, RequestSink, ResponseBody,
     ResponseFuture, WorkerResponse,

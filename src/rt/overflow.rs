@@ -9,13 +9,29 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// A store operation to run away from the connection: see
+/// [`Overflow::spawn`].
+pub type OverflowJob = Box<dyn FnOnce() + Send + 'static>;
+
 /// Makes an overflow store for a stream, when its first chunk spills.
 ///
-/// The driver calls it, and the stores' methods, from inside its `poll`:
-/// keep them quick (a temporary file in the page cache is; nginx writes its
-/// temporary files from its event loop the same way). A store is dropped
-/// when its stream is done with it: remove what it holds then (an unlinked
+/// Where its work runs is the store's choice, through
+/// [`spawn`](Self::spawn). By default (a store in memory) the driver calls
+/// [`create`](Self::create) and the stores' methods inline, from its `poll`
+/// or a body reader's, under the connection's lock: keep them quick then.
+/// A store that may block (a file on a disk that can be slow) hands its
+/// work to a thread or a blocking pool instead, and the connection goes on
+/// meanwhile: each stream's operations still run one at a time, in order,
+/// and their results come back to the driver, which is woken for them.
+/// A store is dropped when its stream is done with it (inline, or handed
+/// to `spawn` the same way): remove what it holds then (an unlinked
 /// temporary file does that by itself).
+///
+/// While a connection's stores are behind, it hands them at most 1 MiB of
+/// appends not done yet (and the chunk that crossed it); further chunks
+/// wait in the connection's memory, within its
+/// [`max_unread_bytes`](crate::proto::RelayConfig::max_unread_bytes), and
+/// past that the connection pauses reading as it does without an overflow.
 ///
 /// An error from [`create`](Self::create) or a store's method gives up that
 /// stream alone: its caller's body fails with
@@ -25,6 +41,58 @@ use std::sync::Arc;
 pub trait Overflow: Send + Sync + 'static {
     /// A new, empty store.
     fn create(&self) -> io::Result<Box<dyn OverflowFile>>;
+
+    /// Runs `job` (making a store, its appends and reads, dropping it)
+    /// away from the connection: on a thread of the store's, or a runtime's
+    /// blocking pool (`tokio::task::spawn_blocking`). The job may block;
+    /// it never takes the connection's lock.
+    ///
+    /// Returns the job (`Err`) to have it run inline, under the
+    /// connection's lock: the default, right for a store in memory. A job
+    /// dropped without being run fails its stream
+    /// ([`BodyError::Overflow`](super::BodyError::Overflow)).
+    ///
+    /// A store whose work runs on a thread of its own, on any executor:
+    ///
+    /// ```
+    /// use std::sync::{mpsc, Arc};
+    /// use worker_relay::rt::{MemoryOverflow, Overflow, OverflowFile, OverflowJob};
+    ///
+    /// struct OnThread<S> {
+    ///     store: S,
+    ///     jobs: mpsc::Sender<OverflowJob>,
+    /// }
+    ///
+    /// impl<S> OnThread<S> {
+    ///     fn new(store: S) -> std::io::Result<OnThread<S>> {
+    ///         let (jobs, rx) = mpsc::channel::<OverflowJob>();
+    ///         std::thread::Builder::new()
+    ///             .name("overflow".into())
+    ///             .spawn(move || rx.into_iter().for_each(|job| job()))?;
+    ///         Ok(OnThread { store, jobs })
+    ///     }
+    /// }
+    ///
+    /// impl<S: Overflow> Overflow for OnThread<S> {
+    ///     fn create(&self) -> std::io::Result<Box<dyn OverflowFile>> {
+    ///         self.store.create()
+    ///     }
+    ///     fn spawn(&self, job: OverflowJob) -> Result<(), OverflowJob> {
+    ///         // The thread gone: run it inline.
+    ///         self.jobs.send(job).map_err(|e| e.0)
+    ///     }
+    /// }
+    ///
+    /// let store: Arc<dyn Overflow> = Arc::new(OnThread::new(MemoryOverflow::default())?);
+    /// // rt::relay_with_overflow(socket, timer, config, store)
+    /// # let (tx, rx) = mpsc::channel();
+    /// # assert!(store.spawn(Box::new(move || tx.send(()).unwrap())).is_ok());
+    /// # rx.recv().unwrap();
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    fn spawn(&self, job: OverflowJob) -> Result<(), OverflowJob> {
+        Err(job)
+    }
 }
 
 /// One stream's overflow: a byte queue.

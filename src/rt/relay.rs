@@ -1,7 +1,8 @@
 //! The relay side on any executor: send a request, get the response head and
 //! a body stream, or a typed error.
 
-use super::overflow::{MemoryOverflow, Overflow, OverflowFile};
+use super::overflow::{MemoryOverflow, Overflow};
+use super::overflow_io::{Done, Io, StreamStore, APPENDING_MAX};
 use super::side::{self, driver_future, impl_body_sink, lock, poll_body, Side, SinkCore, Wakers};
 use super::timer::Timer;
 use super::BodyError;
@@ -82,8 +83,9 @@ struct Slot {
     ended: Option<RelayEnd>,
     /// The request sink was dropped unclosed: the stream was aborted here.
     abandoned: bool,
-    /// The stream's overflow store, made at its first spill.
-    store: Option<Box<dyn OverflowFile>>,
+    /// The stream's overflow store, from its first spill (its work runs
+    /// where the store says, off this lock).
+    store: Option<StreamStore>,
     /// The overflow store failed: the stream was aborted here.
     store_failed: bool,
     /// `other` is the response future's.
@@ -95,6 +97,8 @@ struct Shared {
     slots: HashMap<StreamKey, Slot>,
     driver: Option<Waker>,
     overflow: Arc<dyn Overflow>,
+    /// What the streams' stores completed.
+    io: Io,
     clock: Arc<dyn Timer>,
 }
 
@@ -104,29 +108,38 @@ impl Shared {
         let Some(slot) = self.slots.get_mut(&key) else {
             return;
         };
-        if slot.store.is_none() {
-            slot.store = self.overflow.create().ok();
-        }
-        let ok = match slot.store.as_mut() {
-            Some(store) => store.append(data).is_ok(),
-            None => false,
-        };
-        if !ok {
-            self.store_failed(key);
-        }
+        slot.store
+            .get_or_insert_with(|| StreamStore::new(key, &self.io, &self.overflow))
+            .append(data);
     }
 
-    /// Hands the stream's next stored bytes back to the machine.
+    /// Asks the stream's store for its next bytes; they go back to the
+    /// machine when the store has read them ([`Shared::on_done`]).
     fn refill(&mut self, key: StreamKey, max: usize) {
         let Some(slot) = self.slots.get_mut(&key) else {
             return;
         };
-        let data = match slot.store.as_mut().map(|s| s.read(max)) {
-            Some(Ok(d)) => d,
-            _ => return self.store_failed(key),
+        let Some(store) = slot.store.as_ref() else {
+            return self.store_failed(key);
         };
-        if self.conn.refill(key, data).is_err() {
-            self.store_failed(key);
+        store.read(max);
+        // The reader waiting for these bytes is woken when they come,
+        // without a round trip through the driver.
+        self.io.watch(slot.wakers.read.as_ref());
+    }
+
+    /// What a stream's store completed.
+    fn on_done(&mut self, key: StreamKey, done: Done) {
+        if !self.slots.contains_key(&key) {
+            return;
+        }
+        match done {
+            Done::Read(data) => {
+                if self.conn.refill(key, data).is_err() {
+                    self.store_failed(key);
+                }
+            }
+            Done::Failed => self.store_failed(key),
         }
     }
 
@@ -214,7 +227,15 @@ impl Side for Shared {
     fn dispatch(&mut self) {
         loop {
             let mut moved = false;
-            while let Some((key, data)) = self.conn.poll_spill() {
+            // While the stores work, the driver is woken when they finish.
+            for (key, done) in self.io.take_done(self.driver.as_ref()) {
+                moved = true;
+                self.on_done(key, done);
+            }
+            while self.io.appending() < APPENDING_MAX {
+                let Some((key, data)) = self.conn.poll_spill() else {
+                    break;
+                };
                 moved = true;
                 self.spill(key, data);
             }
@@ -343,6 +364,7 @@ where
         slots: HashMap::new(),
         driver: None,
         overflow,
+        io: Io::default(),
         clock: clock.clone(),
     }));
     (

@@ -22,9 +22,15 @@ const SEGMENT: u64 = 64 << 20;
 /// drops them, and nothing is left behind if the process dies. While in use
 /// they show in `/proc/<pid>/fd` as `<dir>/… (deleted)`.
 ///
-/// Writes and reads are synchronous, from inside the relay driver's `poll`,
-/// as nginx writes `proxy_temp_path` files from its event loop: they go to
-/// the page cache, and the disk catches up in the background.
+/// Writes and reads are synchronous. With `rt::relay_with_overflow` they
+/// run inline, from inside the relay driver's `poll` under the connection's
+/// lock, as nginx writes `proxy_temp_path` files from its event loop: they
+/// go to the page cache, and the disk catches up in the background. A
+/// `gateway::Gateway` runs them on tokio's blocking pool instead (see
+/// [`Overflow::spawn`]), so a disk that stalls holds up the slow caller's
+/// stream alone, not the worker's connection; do the same elsewhere by
+/// wrapping the store in an [`Overflow`] whose `spawn` hands the jobs to a
+/// thread.
 ///
 /// Every file the store makes draws on one budget of bytes on disk (default
 /// [`DEFAULT_BUDGET`](Self::DEFAULT_BUDGET)), so one store shared by all of
