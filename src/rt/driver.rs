@@ -145,8 +145,11 @@ pub enum DriverError<E> {
     MessageTooBig,
     /// The connection was closing (by either side, for this reason) and
     /// did not finish within its `close_timeout`: the peer took nothing
-    /// more (not even the close message) or the socket did not close. The
-    /// transport was dropped, whatever was still unsent.
+    /// more (not even the close message), or it neither answered our close
+    /// message nor ended the stream. The transport was dropped, whatever
+    /// was still unsent. (Once both close messages are exchanged, a socket
+    /// that does not end by the deadline is dropped in good order: the
+    /// driver ends with [`Closed`].)
     #[error("{0}, and the close did not complete in time: the transport was dropped")]
     CloseTimeout(crate::proto::CloseCause),
 }

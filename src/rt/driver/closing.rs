@@ -12,7 +12,7 @@
 //!    relay, the WebSocket server) or the end of the stream (the worker, the
 //!    client: the server closes the TCP connection first, so that it, not
 //!    the client, holds TIME_WAIT);
-//! 2. closes the socket (`Sink::poll_close`; [`WsSocket`](crate::ws::WsSocket)
+//! 2. closes the socket (`Sink::poll_close`; `ws::WsSocket`
 //!    then shuts its write side: TLS `close_notify`, TCP FIN);
 //! 3. ends, and the socket is dropped with nothing left unread.
 //!
