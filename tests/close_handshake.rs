@@ -254,3 +254,52 @@ async fn closing_a_ws_socket_shuts_its_write_side() {
     assert_eq!(bytes, [0x88, 0x00]);
     drop(socket);
 }
+
+/// A peer that sends its close and drops the socket at once (a relay of an
+/// earlier version did, after its close): our answer cannot be written,
+/// and that ends the close in good order, with the peer's code and reason
+/// (the tunnel's backoff reads them), not in a socket error.
+#[tokio::test]
+async fn a_close_from_a_peer_that_drops_the_socket_at_once_is_still_read() {
+    use tokio_tungstenite::tungstenite::protocol::{frame::coding, CloseFrame as WsClose, Role};
+    use tokio_tungstenite::tungstenite::Message as WsMessage;
+    for worker_side in [true, false] {
+        let (ours, theirs) = tokio::io::duplex(64 << 10);
+        let (our_role, their_role) = if worker_side {
+            (Role::Client, Role::Server)
+        } else {
+            (Role::Server, Role::Client)
+        };
+        let socket = ws::WsSocket(
+            tokio_tungstenite::WebSocketStream::from_raw_socket(ours, our_role, None).await,
+        );
+        let mut peer =
+            tokio_tungstenite::WebSocketStream::from_raw_socket(theirs, their_role, None).await;
+        let task: Ended = if worker_side {
+            let (incoming, driver) = rt::worker(socket, TokioTimer, WorkerConfig::default());
+            tokio::spawn(async move {
+                let r = driver.await;
+                drop(incoming);
+                r
+            })
+        } else {
+            let config = worker_relay::proto::RelayConfig::default();
+            let (handle, driver) = rt::relay(socket, TokioTimer, config);
+            tokio::spawn(async move {
+                let r = driver.await;
+                drop(handle);
+                r
+            })
+        };
+        let close = WsClose {
+            code: coding::CloseCode::from(4000),
+            reason: REPLACED.into(),
+        };
+        peer.send(WsMessage::Close(Some(close))).await.unwrap();
+        drop(peer);
+        match ended(task).await {
+            Ok(c) if c == by_peer(CloseCode::REPLACED, REPLACED) => {}
+            other => panic!("worker side {worker_side}: {other:?}"),
+        }
+    }
+}

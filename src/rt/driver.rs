@@ -449,7 +449,14 @@ where
     }
 
     fn fail<Sh: Side>(&mut self, shared: &Mutex<Sh>, e: E) -> Pass<E> {
-        lock(shared).conn().handle_lost();
+        let mut sh = lock(shared);
+        let m = sh.conn();
+        // After the peer's close, a socket that fails (the peer closed it
+        // at once, before our answer) ends the close, not in error.
+        if self.peer_closed(m) {
+            return Pass::Done(outcome(m.close_cause()));
+        }
+        m.handle_lost();
         Pass::Done(Err(DriverError::Socket(e)))
     }
 }

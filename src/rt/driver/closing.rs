@@ -49,6 +49,12 @@ impl<S> Io<S> {
         self.closing.started && self.closing.peer_closed && self.pending.is_none() && self.flushed
     }
 
+    /// Whether the peer's close message has been read (by the machine, or
+    /// here after ours).
+    pub(super) fn peer_closed<M: Machine>(&self, m: &M) -> bool {
+        self.closing.peer_closed || matches!(m.close_cause(), Some(CloseCause::Peer(_)))
+    }
+
     /// Whether nothing more needs reading before the socket is closed.
     fn read_done<M: Machine>(&self) -> bool {
         self.eof || (M::SERVER && self.closing.peer_closed)
