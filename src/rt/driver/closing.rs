@@ -18,9 +18,11 @@
 //!
 //! The machine's close deadline (`close_timeout`) bounds it all: a peer
 //! that never answers the close and never ends the stream is dropped then
-//! ([`DriverError::CloseTimeout`]). Once the close messages are exchanged,
-//! only the socket's end is left to wait for, and the deadline ends the
-//! connection in good order.
+//! ([`DriverError::CloseTimeout`](super::DriverError::CloseTimeout)).
+//! Once the close messages are exchanged, only the socket's end is left to
+//! wait for, and the deadline ends the connection in good order; so does a
+//! socket that fails after the peer's close (a peer that dropped it at
+//! once, before our answer).
 
 use super::{outcome, Io, Machine, Pass, READS_PER_PASS};
 use crate::frame::Message;
