@@ -97,7 +97,8 @@
 //! closed (by either side), the only deadline is its close deadline
 //! (`close_timeout`, 5 s): past it `close_timed_out()` is true, and the
 //! driver drops the transport without waiting any longer for a peer that
-//! does not read its close.
+//! does not read its close, answer it, or end the stream (the drivers
+//! complete the close as a handshake: [`rt`] says how).
 //! A panic is a bug in this crate, never the result of peer input.
 //!
 //! Here is a complete loop: a relay and a worker connected by two in-memory

@@ -169,7 +169,9 @@ fn a_peer_that_closes_and_stops_reading_is_dropped_at_the_deadline() {
 }
 
 /// A close that completes in time ends as before (`Closed::Locally`), and
-/// no close deadline is left behind for a connection that ended.
+/// no close deadline is left behind for a connection that ended. It
+/// completes when the peer answers the close (issue 39: not when the
+/// relay's close message is merely flushed).
 #[test]
 fn a_close_that_completes_ends_normally() {
     let mut pool = LocalPool::new();
@@ -187,10 +189,165 @@ fn a_close_that_completes_ends_normally() {
     let msg = pool.run_until(worker_end.rx.next()).unwrap();
     assert!(matches!(msg, Message::Close(Some(_))));
     pool.run_until_stalled();
+    assert!(rx.try_recv().unwrap().is_none(), "waits for the answer");
+    pool.run_until(worker_end.tx.send(msg)).unwrap();
+    pool.run_until_stalled();
     assert_eq!(
         rx.try_recv().unwrap().map(|r| r.unwrap()),
         Some(rt::Closed::Locally(CloseCode::GOING_AWAY))
     );
+}
+
+/// Issue 39: after its close message the relay reads on, dropping what
+/// comes, until the peer's close: a worker still streaming is not left
+/// writing into a socket nobody reads (whose TCP reset could erase the
+/// close before the worker reads it). The socket holds 4 messages; 32 go
+/// through only if the relay reads them.
+#[test]
+fn after_its_close_the_relay_reads_on_until_the_peers_close() {
+    let mut pool = LocalPool::new();
+    let clock = ManualClock::default();
+    let (relay_sock, mut worker_end) = socket_pair();
+    let (handle, driver) = rt::relay(relay_sock, clock.clone(), quiet_relay());
+    let (tx, mut rx) = futures::channel::oneshot::channel();
+    pool.spawner()
+        .spawn_local(async move {
+            let _ = tx.send(driver.await);
+        })
+        .unwrap();
+    pool.run_until_stalled();
+    handle.close(CloseCode::POLICY_VIOLATION, "token revoked");
+    pool.run_until_stalled();
+    for i in 0..32u8 {
+        let chunk = Message::Binary(bytes::Bytes::from(vec![0, 0, 0, 1, i]));
+        pool.run_until(worker_end.tx.send(chunk))
+            .expect("the relay reads after its close");
+    }
+    pool.run_until_stalled();
+    assert!(
+        rx.try_recv().unwrap().is_none(),
+        "waits for the peer's close"
+    );
+    let close = pool.run_until(worker_end.rx.next()).unwrap();
+    assert!(matches!(close, Message::Close(Some(f)) if f.reason == "token revoked"));
+    pool.run_until(worker_end.tx.send(Message::Close(None)))
+        .unwrap();
+    pool.run_until_stalled();
+    assert_eq!(
+        rx.try_recv().unwrap().map(|r| r.unwrap()),
+        Some(rt::Closed::Locally(CloseCode::POLICY_VIOLATION))
+    );
+    // The relay closed its side.
+    assert_eq!(pool.run_until(worker_end.rx.next()), None);
+}
+
+/// Issue 39: a peer that takes the close message and then neither answers
+/// it nor ends the socket holds the relay only until the close deadline.
+#[test]
+fn a_peer_that_never_answers_the_close_is_dropped_at_the_deadline() {
+    let mut pool = LocalPool::new();
+    let clock = ManualClock::default();
+    let (relay_sock, mut worker_end) = socket_pair();
+    let (handle, driver) = rt::relay(relay_sock, clock.clone(), quiet_relay());
+    let (tx, mut rx) = futures::channel::oneshot::channel();
+    pool.spawner()
+        .spawn_local(async move {
+            let _ = tx.send(driver.await);
+        })
+        .unwrap();
+    pool.run_until_stalled();
+    handle.close(CloseCode::GOING_AWAY, "bye");
+    let msg = pool.run_until(worker_end.rx.next()).unwrap();
+    assert!(matches!(msg, Message::Close(Some(_))));
+    clock.advance(5 * SECOND - Duration::from_millis(1));
+    pool.run_until_stalled();
+    assert!(rx.try_recv().unwrap().is_none(), "before the deadline");
+    clock.advance(Duration::from_millis(1));
+    pool.run_until_stalled();
+    match rx.try_recv().unwrap() {
+        Some(Err(DriverError::CloseTimeout(CloseCause::Local(code)))) => {
+            assert_eq!(code, CloseCode::GOING_AWAY)
+        }
+        other => panic!("expected a close timeout, got {other:?}"),
+    }
+}
+
+/// A worker driver over the in-memory socket, and its outcome.
+fn worker_over_mem(
+    pool: &LocalPool,
+    clock: &ManualClock,
+) -> (
+    common::mem::MemSocket,
+    futures::channel::oneshot::Receiver<
+        Result<rt::Closed, DriverError<futures::channel::mpsc::SendError>>,
+    >,
+) {
+    let (relay_end, worker_sock) = socket_pair();
+    let wcfg = WorkerConfig::builder().keepalive(None).build().unwrap();
+    let (incoming, driver) = rt::worker(worker_sock, clock.clone(), wcfg);
+    let (tx, rx) = futures::channel::oneshot::channel();
+    pool.spawner()
+        .spawn_local(async move {
+            let _incoming = incoming;
+            let _ = tx.send(driver.await);
+        })
+        .unwrap();
+    (relay_end, rx)
+}
+
+/// Issue 39: the worker, the WebSocket client, answers the relay's close
+/// and then waits for the relay to end the socket (RFC 6455 §7.1.1: the
+/// server closes the TCP connection first) before it closes its own side.
+#[test]
+fn the_worker_answers_the_close_and_lets_the_relay_end_the_socket_first() {
+    let mut pool = LocalPool::new();
+    let clock = ManualClock::default();
+    let (mut relay_end, mut rx) = worker_over_mem(&pool, &clock);
+    pool.run_until_stalled();
+    let close = worker_relay::frame::CloseFrame {
+        code: CloseCode::REPLACED,
+        reason: worker_relay::connect::REPLACED.into(),
+    };
+    pool.run_until(relay_end.tx.send(Message::Close(Some(close.clone()))))
+        .unwrap();
+    let answer = pool.run_until(relay_end.rx.next()).unwrap();
+    assert_eq!(answer, Message::Close(Some(close.clone())));
+    pool.run_until_stalled();
+    assert!(
+        rx.try_recv().unwrap().is_none(),
+        "waits for the relay's end"
+    );
+    drop(relay_end);
+    pool.run_until_stalled();
+    assert_eq!(
+        rx.try_recv().unwrap().map(|r| r.unwrap()),
+        Some(rt::Closed::ByPeer(Some(close)))
+    );
+}
+
+/// A relay that never ends the socket after the close messages were
+/// exchanged holds the worker until the close deadline, which ends it in
+/// good order: the close was complete, and the tunnel reads its reason.
+#[test]
+fn a_relay_that_never_ends_the_socket_releases_the_worker_at_the_deadline() {
+    let mut pool = LocalPool::new();
+    let clock = ManualClock::default();
+    let (mut relay_end, mut rx) = worker_over_mem(&pool, &clock);
+    pool.run_until_stalled();
+    pool.run_until(relay_end.tx.send(Message::Close(None)))
+        .unwrap();
+    let answer = pool.run_until(relay_end.rx.next()).unwrap();
+    assert_eq!(answer, Message::Close(None));
+    clock.advance(5 * SECOND - Duration::from_millis(1));
+    pool.run_until_stalled();
+    assert!(rx.try_recv().unwrap().is_none(), "before the deadline");
+    clock.advance(Duration::from_millis(1));
+    pool.run_until_stalled();
+    assert_eq!(
+        rx.try_recv().unwrap().map(|r| r.unwrap()),
+        Some(rt::Closed::ByPeer(None))
+    );
+    drop(relay_end);
 }
 
 /// The stall deadline restarts when the caller reads, at the time it

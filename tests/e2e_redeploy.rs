@@ -2,7 +2,7 @@
 //! real relay and worker processes under a steady load. A new connection
 //! of a connected worker replaces the old one as a GOAWAY would: new
 //! requests go to the new one, the old one finishes its own and is then
-//! closed (1008, "replaced by a new connection"), and the worker example
+//! closed (4000, "replaced by a new connection"), and the worker example
 //! that gets that close waits its longest backoff (30-60 s) before it dials
 //! again, so it does not take the worker back. Not one request fails.
 

@@ -60,20 +60,20 @@ fn abc() -> WorkerId {
 }
 
 #[tokio::test]
-async fn replace_closes_the_old_connection_with_1008_and_keeps_the_new() {
+async fn replace_closes_the_old_connection_with_4000_and_keeps_the_new() {
     let (addr, gateway) = relay(DuplicatePolicy::Replace).await;
     let mut news = gateway.subscribe();
     let first = connect(addr).await.unwrap();
     assert_eq!(next(&mut news).await, Presence::Connected { worker: abc() });
     let second = connect(addr).await.unwrap();
     assert_eq!(next(&mut news).await, Presence::Connected { worker: abc() });
-    // The first connection is closed by the relay, with 1008.
+    // The first connection is closed by the relay, with 4000.
     let ended = tokio::time::timeout(Duration::from_secs(10), first)
         .await
         .unwrap()
         .unwrap();
     match ended {
-        Ok(Closed::ByPeer(Some(f))) => assert_eq!(f.code, CloseCode::POLICY_VIOLATION),
+        Ok(Closed::ByPeer(Some(f))) => assert_eq!(f.code, CloseCode::REPLACED),
         other => panic!("{other:?}"),
     }
     // The new one is the registered one, and stays; the old one's end is
@@ -266,7 +266,8 @@ async fn a_replaced_connection_finishes_its_streams_before_it_is_closed() {
     assert_eq!(get(addr, "/x").await, (200, "second".into()));
     assert!(!first.is_finished(), "the replaced connection was cut");
     // The long request completes on the old one, which is then closed
-    // with 1008 and the reason that says it was replaced.
+    // with 4000 (`CloseCode::REPLACED`) and the reason that says it was
+    // replaced.
     let slow = tokio::time::timeout(Duration::from_secs(10), slow)
         .await
         .unwrap()
@@ -278,7 +279,8 @@ async fn a_replaced_connection_finishes_its_streams_before_it_is_closed() {
         .unwrap();
     match ended {
         Ok(Closed::ByPeer(Some(f))) => {
-            assert_eq!(f.code, CloseCode::POLICY_VIOLATION);
+            assert_eq!(f.code, CloseCode::REPLACED);
+            assert_eq!(f.code.0, 4000);
             assert_eq!(f.reason, worker_relay::gateway::REPLACED);
         }
         other => panic!("{other:?}"),

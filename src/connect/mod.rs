@@ -214,12 +214,15 @@ mod token;
 mod token_file;
 mod url;
 
-/// The close reason (with 1008) of a connection that a relay replaced by a
-/// newer one of its worker, sent once its streams are done (this crate's
-/// gateway with `DuplicatePolicy::Replace`). A worker that gets it knows
-/// another process holds its token now: this crate's `tunnel::Tunnel` then
-/// waits its longest backoff before it dials again, so that a redeploy's
-/// old process does not take the worker back.
+/// The close reason (with [`CloseCode::REPLACED`](crate::frame::CloseCode::REPLACED),
+/// 4000) of a connection that a relay replaced by a newer one of its
+/// worker, sent once its streams are done (this crate's gateway with
+/// `DuplicatePolicy::Replace`). A worker that gets it knows another process
+/// holds its token now: this crate's `tunnel::Tunnel` then waits its
+/// longest backoff before it dials again, so that a redeploy's old process
+/// does not take the worker back. The tunnel reads the code; for one
+/// release it also honours 1008 with this reason, which relays before
+/// 4000 was given to it sent.
 pub const REPLACED: &str = "replaced by a new connection";
 
 /// The keepalive lives with the state machines that embed it; here for the

@@ -25,6 +25,14 @@ impl CloseCode {
     pub const SERVICE_RESTART: CloseCode = CloseCode(1012);
     /// 1013: try again later.
     pub const TRY_AGAIN_LATER: CloseCode = CloseCode(1013);
+    /// 4000 (the range 4000–4999 is for private use; this crate's code):
+    /// the relay replaced the connection by a newer one of the same worker,
+    /// with the reason [`REPLACED`](crate::connect::REPLACED). A worker that
+    /// gets it knows another process holds its token now (this crate's
+    /// tunnel waits its longest backoff). Earlier versions of this crate
+    /// sent 1008 with that reason, which the tunnel still honours for one
+    /// release.
+    pub const REPLACED: CloseCode = CloseCode(4000);
 }
 
 impl From<CloseCode> for u16 {

@@ -19,6 +19,10 @@ use std::time::Instant;
 
 /// The inputs and drains the driver needs from a state machine.
 pub(crate) trait Machine {
+    /// Whether this side is the WebSocket server (the relay), which closes
+    /// the TCP connection first once the close messages are exchanged
+    /// (RFC 6455 §7.1.1); the client (the worker) waits for it.
+    const SERVER: bool;
     fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError>;
     fn handle_lost(&mut self);
     fn handle_timeout(&mut self, now: Instant);
@@ -37,8 +41,9 @@ pub(crate) trait Machine {
 }
 
 macro_rules! impl_machine {
-    ($t:ty) => {
+    ($t:ty, $server:expr) => {
         impl Machine for $t {
+            const SERVER: bool = $server;
             fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
                 <$t>::handle_message(self, msg, now)
             }
@@ -88,8 +93,8 @@ macro_rules! impl_machine {
     };
 }
 
-impl_machine!(RelayConnection);
-impl_machine!(WorkerConnection);
+impl_machine!(RelayConnection, true);
+impl_machine!(WorkerConnection, false);
 
 /// How a connection ended in good order: a driver's `Ok` value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,8 +145,11 @@ pub enum DriverError<E> {
     MessageTooBig,
     /// The connection was closing (by either side, for this reason) and
     /// did not finish within its `close_timeout`: the peer took nothing
-    /// more (not even the close message) or the socket did not close. The
-    /// transport was dropped, whatever was still unsent.
+    /// more (not even the close message), or it neither answered our close
+    /// message nor ended the stream. The transport was dropped, whatever
+    /// was still unsent. (Once both close messages are exchanged, a socket
+    /// that does not end by the deadline is dropped in good order: the
+    /// driver ends with [`Closed`].)
     #[error("{0}, and the close did not complete in time: the transport was dropped")]
     CloseTimeout(crate::proto::CloseCause),
 }
@@ -164,6 +172,8 @@ pub(crate) struct Io<S> {
     pacer: SendPacer,
     /// The chunk size last given to the machine.
     chunk: usize,
+    /// Where the closing handshake is, once the machine has closed.
+    closing: closing::Closing,
 }
 
 /// Messages read in one pass of [`Io::poll_io`].
@@ -198,6 +208,7 @@ impl<S> Io<S> {
             started: false,
             pacer: SendPacer::new(crate::frame::MAX_CHUNK_BODY),
             chunk: 0,
+            closing: closing::Closing::default(),
         }
     }
 }
@@ -229,6 +240,12 @@ where
                 // What the machine sends now, it sends at this time.
                 m.advance_time(now);
             }
+            // After the peer's close nothing more may be sent (the
+            // WebSocket library answers it itself): a message taken from
+            // the machine before it saw the close is dropped, not sent.
+            if matches!(m.close_cause(), Some(CloseCause::Peer(_))) {
+                self.pending = None;
+            }
         }
         let mut progress = match self.transmit(shared, cx) {
             Ok(moved) => moved,
@@ -250,18 +267,10 @@ where
             }
             closed
         };
-        // Closed: once everything (the close message last) is flushed,
-        // close the socket; the close deadline bounds both.
-        if closed && self.pending.is_none() && Pin::new(&mut self.socket).poll_close(cx).is_ready()
-        {
-            return Pass::Done(outcome(lock(shared).conn().close_cause()));
-        }
+        // Closed: the closing handshake (`closing.rs`); the close deadline
+        // bounds it.
         if closed {
-            progress |= self.tick(shared, cx);
-            if let Some(done) = self.abandon(lock(shared).conn()) {
-                return done;
-            }
-            return if progress { Pass::Progress } else { Pass::Idle };
+            return self.poll_closing(shared, cx, progress);
         }
         progress |= match self.receive(shared, cx) {
             Ok(moved) => moved,
@@ -277,11 +286,16 @@ where
 
     /// Whether to drop the transport at once, whatever waits to be written:
     /// a peer declared dead does not read, and a close past its deadline
-    /// has waited long enough.
+    /// has waited long enough (in good order if the close messages were
+    /// exchanged, `closing.rs`).
     fn abandon<M: Machine>(&mut self, m: &M) -> Option<Pass<E>> {
         let err = if m.close_cause().is_some_and(CloseCause::is_abrupt) {
             DriverError::KeepaliveTimeout
         } else if m.close_timed_out() {
+            if self.close_exchanged() {
+                // Only the socket's end was left to wait for.
+                return Some(Pass::Done(outcome(m.close_cause())));
+            }
             let cause = m.close_cause().cloned().unwrap_or(CloseCause::Lost);
             DriverError::CloseTimeout(cause)
         } else {
@@ -435,7 +449,14 @@ where
     }
 
     fn fail<Sh: Side>(&mut self, shared: &Mutex<Sh>, e: E) -> Pass<E> {
-        lock(shared).conn().handle_lost();
+        let mut sh = lock(shared);
+        let m = sh.conn();
+        // After the peer's close, a socket that fails (the peer closed it
+        // at once, before our answer) ends the close, not in error.
+        if self.peer_closed(m) {
+            return Pass::Done(outcome(m.close_cause()));
+        }
+        m.handle_lost();
         Pass::Done(Err(DriverError::Socket(e)))
     }
 }
@@ -451,5 +472,6 @@ fn outcome<E>(cause: Option<&CloseCause>) -> Result<Closed, DriverError<E>> {
     }
 }
 
+mod closing;
 #[cfg(test)]
 mod tests;

@@ -20,9 +20,22 @@
 //! The drivers end with [`Closed`] (who closed, with which code) or a
 //! [`DriverError`] (socket error, keepalive timeout, oversized message, a
 //! close that did not complete in time); a peer found dead by the
-//! keepalive is dropped at once, even with a write pending, and a closing
-//! connection (closed by either side) is dropped at its close deadline
-//! (`close_timeout`, 5 s) if the peer has not taken the close by then.
+//! keepalive is dropped at once, even with a write pending.
+//!
+//! The close is a handshake (RFC 6455 §7.1.1): once its close message (or
+//! the socket's answer to the peer's) is flushed, a driver reads on,
+//! discarding what still comes, until the peer's close message (the relay,
+//! the WebSocket server) or the end of the stream (the worker, the client:
+//! the server ends the TCP connection first), and only then closes the
+//! socket (`Sink::poll_close`; `ws::WsSocket` shuts its write side: TLS
+//! `close_notify`, TCP FIN). A socket dropped with bytes unread would send
+//! a TCP reset, which can erase the close message at the peer before it is
+//! read. All of it is bounded by the close deadline (`close_timeout`, 5 s):
+//! a peer that does not take the close, answer it or end the stream by
+//! then has the transport dropped. The socket must answer a peer's close
+//! message itself, as WebSocket libraries do (tungstenite does); the
+//! machines do not queue that answer.
+//!
 //! Before each command a handle passes to the machine, the driver's clock
 //! is read ([`Timer::now`]), so the deadlines a command restarts count from
 //! when it was issued.

@@ -468,8 +468,11 @@ impl RelayHandle {
 
     /// Closes the connection; requests in flight fail with
     /// [`RelayError::WorkerGone`]. The close message goes out after what is
-    /// queued; a worker that takes none of it within the connection's
-    /// `close_timeout` has its transport dropped.
+    /// queued; the driver then reads on (dropping what the worker still
+    /// sends) until the worker's answering close, and closes the socket. A
+    /// worker that has not taken the close and answered it within the
+    /// connection's `close_timeout` has its transport dropped
+    /// ([`DriverError::CloseTimeout`](super::DriverError::CloseTimeout)).
     pub fn close(&self, code: crate::frame::CloseCode, reason: &str) {
         let mut sh = lock(&self.shared);
         sh.stamp();

@@ -182,8 +182,12 @@ impl Incoming {
     }
 
     /// Closes the connection. The close message goes out after what is
-    /// queued; a relay that takes none of it within the connection's
-    /// `close_timeout` has its transport dropped.
+    /// queued; the driver then reads on (dropping what the relay still
+    /// sends) until the relay's answering close and the end of the stream
+    /// (the relay, the server, ends the TCP connection first), and closes
+    /// the socket. A relay that has not taken the close and answered it
+    /// within the connection's `close_timeout` has its transport dropped
+    /// ([`DriverError::CloseTimeout`](super::DriverError::CloseTimeout)).
     pub fn close(&self, code: CloseCode, reason: &str) {
         let mut sh = lock(&self.shared);
         sh.stamp();

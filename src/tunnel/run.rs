@@ -253,10 +253,14 @@ impl std::fmt::Debug for Tunnel {
 }
 
 /// Whether the relay closed the connection because a newer one of this
-/// worker replaced it ([`REPLACED`](crate::connect::REPLACED)).
+/// worker replaced it: [`CloseCode::REPLACED`](crate::frame::CloseCode::REPLACED),
+/// or (relays before it, for one release) 1008 with the reason
+/// [`REPLACED`](crate::connect::REPLACED).
 fn replaced(result: &Result<Closed, DriverError<ws::Error>>) -> bool {
+    use crate::frame::CloseCode;
     matches!(result, Ok(Closed::ByPeer(Some(f)))
-        if f.code == crate::frame::CloseCode::POLICY_VIOLATION && f.reason == crate::connect::REPLACED)
+        if f.code == CloseCode::REPLACED
+            || (f.code == CloseCode::POLICY_VIOLATION && f.reason == crate::connect::REPLACED))
 }
 
 fn log_end(result: &Result<Closed, DriverError<ws::Error>>) {
@@ -288,4 +292,29 @@ fn random_unit() -> f64 {
             .map_or(0, |d| d.as_nanos()),
     );
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{CloseCode, CloseFrame};
+
+    fn by_peer(code: u16, reason: &str) -> Result<Closed, DriverError<ws::Error>> {
+        Ok(Closed::ByPeer(Some(CloseFrame {
+            code: CloseCode(code),
+            reason: reason.into(),
+        })))
+    }
+
+    /// 4000 says "replaced" whatever the reason; 1008 only with the
+    /// reason (relays of earlier versions), not "token revoked".
+    #[test]
+    fn a_replaced_close_is_4000_or_the_old_1008_with_its_reason() {
+        assert!(replaced(&by_peer(4000, crate::connect::REPLACED)));
+        assert!(replaced(&by_peer(4000, "")));
+        assert!(replaced(&by_peer(1008, crate::connect::REPLACED)));
+        assert!(!replaced(&by_peer(1008, "token revoked")));
+        assert!(!replaced(&by_peer(1001, crate::connect::REPLACED)));
+        assert!(!replaced(&Ok(Closed::ByPeer(None))));
+    }
 }

@@ -216,10 +216,21 @@ where
         Pin::new(&mut self.0).poll_flush(cx)
     }
 
+    /// Sends the close message if none was (tungstenite's close), flushes,
+    /// then shuts the write side of the byte stream: a TLS stream sends its
+    /// `close_notify`, TCP its FIN (tungstenite itself only flushes).
     fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
         match Pin::new(&mut self.0).poll_close(cx) {
-            Poll::Ready(Err(e)) if is_closed(&e) => Poll::Ready(Ok(())),
-            other => other,
+            Poll::Ready(Err(e)) if is_closed(&e) => {}
+            Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        match Pin::new(self.0.get_mut()).poll_shutdown(cx) {
+            // Gone already: shut as well.
+            Poll::Ready(Err(e)) if e.kind() == std::io::ErrorKind::NotConnected => {
+                Poll::Ready(Ok(()))
+            }
+            other => other.map_err(WsError::Io),
         }
     }
 }

@@ -24,6 +24,7 @@ struct Script {
 }
 
 impl Machine for Script {
+    const SERVER: bool = true;
     fn handle_message(&mut self, msg: Message, _: Instant) -> Result<(), HandleError> {
         if !self.wants {
             return Err(HandleError::ReadPaused(msg));
