@@ -56,7 +56,11 @@ apt_update() {
 # apt_has PACKAGE: the package lists (after apt_update) have a version of
 # PACKAGE to install (not a purely virtual name).
 apt_has() {
-    apt-cache policy "$1" 2>/dev/null | grep -q '^  Candidate: [^(]'
+    # Not a pipe into grep -q: under pipefail, apt-cache's SIGPIPE when grep
+    # stops at the first match would read as "no".
+    local policy
+    policy="$(apt-cache policy "$1" 2>/dev/null)" || return 1
+    grep -q '^  Candidate: [^(]' <<<"$policy"
 }
 
 # apt_install PACKAGE...: Debian packages without recommends, as root, with
