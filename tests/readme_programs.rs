@@ -245,7 +245,7 @@ async fn until(addr: SocketAddr, target: &str, status: u16) -> client::Answer {
     }
 }
 
-/// The README's relay on a free port with `TOKENS`: its address, its
+/// The README's relay on a port of its own with `TOKENS`: its address, its
 /// connect URL, the tokens file's directory, and its task.
 async fn start_relay() -> (
     SocketAddr,
