@@ -29,20 +29,6 @@ pub fn example_bin(name: &str) -> PathBuf {
     bin
 }
 
-/// A port on 127.0.0.1 where nothing listens (a dial there is refused):
-/// a listener on port 0, dropped. Only for "connection refused" cases:
-/// if another process takes the port in between, the dial reaches that
-/// process instead, which a refused-case test sees as a failure to be
-/// re-run, never as a false pass. A server a test talks to binds port 0
-/// itself and the test reads its address.
-pub fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The socket address right after the first `marker` in `line`
 /// (`listening on 127.0.0.1:4242 (http)` -> `127.0.0.1:4242`).
 pub fn addr_after(line: &str, marker: &str) -> Option<SocketAddr> {

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::closed_port;
+#[path = "../net/closed_port.rs"]
+mod closed_port;
+use closed_port::closed_port;
 
 /// Whether process `pid` holds a TCP socket listening on `port` (Linux:
 /// the inodes of `/proc/net/tcp`'s listening sockets on the port against
