@@ -91,14 +91,6 @@ use worker_relay::server::{serve, ServerConfig};
 pub const TOKEN: &str = "ct-conformance-0123456789abcdef";
 pub const WORKER_TOKEN: &str = "wt-conformance-fedcba9876543210";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn relay_config(authority: String, pattern: Option<&str>) -> Config {
     Config {
         mode: Mode::Relay(RelayTarget {
@@ -119,10 +111,11 @@ fn relay_config(authority: String, pattern: Option<&str>) -> Config {
     }
 }
 
-fn worker_config(port: u16, app: App, pattern: Option<&str>) -> Config {
+/// The kit in worker mode, listening on a port of its own.
+fn worker_config(app: App, pattern: Option<&str>) -> Config {
     Config {
         mode: Mode::Worker(WorkerTarget {
-            listen: format!("127.0.0.1:{port}"),
+            listen: "127.0.0.1:0".into(),
             token: Some(TOKEN.into()),
             token_env: "STRATA_WORKER_CONNECT_TOKEN".into(),
             worker_token: Some(WORKER_TOKEN.into()),
@@ -147,6 +140,29 @@ async fn run(cfg: &Config) -> Vec<CaseResult> {
         .await
         .expect("the kit reached its peer")
         .results
+}
+
+/// The kit in worker mode as `kit::run` runs it (listen, take the first
+/// dial, accept it, run the cases), with the worker started by `start`
+/// once the kit listens: `start` gets the port the kit's listener was
+/// given (`cfg` listens on port 0), so no other process can take it in
+/// between. Returns the results and what `start` returned.
+async fn run_worker<W>(cfg: &Config, start: impl FnOnce(u16) -> W) -> (Vec<CaseResult>, W) {
+    use worker_ctx::{Answer, WorkerCtx};
+    let Mode::Worker(t) = &cfg.mode else {
+        panic!("not a worker-mode configuration")
+    };
+    let mut ctx = WorkerCtx::bind(t.clone()).await.expect("the kit listens");
+    let port = ctx.listener.local_addr().unwrap().port();
+    let worker = start(port);
+    let (s, hs) = ctx.next_dial(t.wait).await.expect("the worker dialled");
+    ctx.first = Some(hs.clone());
+    ctx.conn = ctx
+        .answer(s, &hs, Answer::Accept)
+        .await
+        .expect("the kit accepted the worker");
+    let results = runner::run(&kit::worker_cases(), &mut ctx, &cfg.selection, |_| {}).await;
+    (results, worker)
 }
 
 fn lines(results: &[CaseResult]) -> String {
@@ -236,9 +252,8 @@ async fn relay_mode_every_case_passes_against_the_crates_relay() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_mode_every_case_passes_against_the_crates_worker() {
-    let port = free_port();
-    let worker = example_worker(port, Some(TOKEN));
-    let results = run(&worker_config(port, App::Example, None)).await;
+    let cfg = worker_config(App::Example, None);
+    let (results, worker) = run_worker(&cfg, |port| example_worker(port, Some(TOKEN))).await;
     let s = report::summarize(&results);
     // Skipped: the long keepalive case and the second terminal case.
     assert_eq!((s.failed, s.skipped), (0, 2), "{}", lines(&results));
@@ -258,14 +273,8 @@ async fn worker_mode_every_case_passes_against_the_crates_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_mode_subprotocol_required_passes_against_the_crates_worker() {
-    let port = free_port();
-    let worker = example_worker(port, Some(TOKEN));
-    let results = run(&worker_config(
-        port,
-        App::Example,
-        Some("worker.handshake.subprotocol-required"),
-    ))
-    .await;
+    let cfg = worker_config(App::Example, Some("worker.handshake.subprotocol-required"));
+    let (results, worker) = run_worker(&cfg, |port| example_worker(port, Some(TOKEN))).await;
     assert_eq!(results.len(), 1);
     assert_passes(&results, "worker.handshake.subprotocol-required");
     worker.abort();
@@ -274,11 +283,9 @@ async fn worker_mode_subprotocol_required_passes_against_the_crates_worker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: ~65 s of keepalive (cargo test --test conformance -- --ignored)"]
 async fn worker_mode_keepalive_cases_pass_against_the_crates_worker() {
-    let port = free_port();
-    let worker = example_worker(port, Some(TOKEN));
-    let mut cfg = worker_config(port, App::Example, Some("worker.keepalive"));
+    let mut cfg = worker_config(App::Example, Some("worker.keepalive"));
     cfg.selection.long = true;
-    let results = run(&cfg).await;
+    let (results, worker) = run_worker(&cfg, |port| example_worker(port, Some(TOKEN))).await;
     assert_eq!(results.len(), 2);
     assert_passes(&results, "worker.keepalive.ping");
     assert_passes(&results, "worker.keepalive.no-pong");
@@ -419,9 +426,8 @@ async fn the_forwarding_fakes_built_in_shortcuts_are_caught_too() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_without_the_token_header_fails_the_token_case() {
-    let port = free_port();
-    let worker = example_worker(port, None);
-    let results = run(&worker_config(port, App::Example, Some("worker.handshake"))).await;
+    let cfg = worker_config(App::Example, Some("worker.handshake"));
+    let (results, worker) = run_worker(&cfg, |port| example_worker(port, None)).await;
     assert_fails(&results, "worker.handshake.token");
     assert_passes(&results, "worker.handshake.subprotocol");
     worker.abort();
@@ -430,19 +436,16 @@ async fn a_worker_without_the_token_header_fails_the_token_case() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_without_jitter_fails_the_backoff_case() {
     use worker_relay::tunnel::Tunnel;
-    let port = free_port();
     let app = axum::Router::new().route("/health", axum::routing::get(|| async { "ok" }));
-    let tunnel = Tunnel::new(
-        format!("ws://127.0.0.1:{port}/connect"),
-        Some(Token::new(TOKEN).unwrap()),
-    )
-    .jitter(|| 0.0);
-    let worker = tokio::spawn(tunnel.run(app));
-    let results = run(&worker_config(
-        port,
-        App::HealthOnly,
-        Some("worker.backoff.jitter"),
-    ))
+    let cfg = worker_config(App::HealthOnly, Some("worker.backoff.jitter"));
+    let (results, worker) = run_worker(&cfg, |port| {
+        let tunnel = Tunnel::new(
+            format!("ws://127.0.0.1:{port}/connect"),
+            Some(Token::new(TOKEN).unwrap()),
+        )
+        .jitter(|| 0.0);
+        tokio::spawn(tunnel.run(app))
+    })
     .await;
     assert_fails(&results, "worker.backoff.jitter");
     worker.abort();
@@ -450,12 +453,14 @@ async fn a_worker_without_jitter_fails_the_backoff_case() {
 
 /// The fake worker with `flaws`, dialling a kit that runs `case` alone.
 async fn fake_worker_run(flaws: fakes::WorkerFlaws, case: &str) -> Vec<CaseResult> {
-    let port = free_port();
-    let worker = tokio::spawn(fakes::worker(
-        format!("ws://127.0.0.1:{port}/connect"),
-        flaws,
-    ));
-    let results = run(&worker_config(port, App::Example, Some(case))).await;
+    let cfg = worker_config(App::Example, Some(case));
+    let (results, worker) = run_worker(&cfg, |port| {
+        tokio::spawn(fakes::worker(
+            format!("ws://127.0.0.1:{port}/connect"),
+            flaws,
+        ))
+    })
+    .await;
     worker.abort();
     results
 }
@@ -590,13 +595,14 @@ async fn a_worker_serving_without_a_subprotocol_fails_the_required_case() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fake_worker_passes_the_cases_it_is_not_broken_for() {
     // The control for the fakes: its flaws are only the ones named.
-    let port = free_port();
-    let worker = tokio::spawn(fakes::worker(
-        format!("ws://127.0.0.1:{port}/connect"),
-        fakes::WorkerFlaws::default(),
-    ));
-    let cfg = worker_config(port, App::HealthOnly, Some("worker.i*"));
-    let results = run(&cfg).await;
+    let cfg = worker_config(App::HealthOnly, Some("worker.i*"));
+    let (results, worker) = run_worker(&cfg, |port| {
+        tokio::spawn(fakes::worker(
+            format!("ws://127.0.0.1:{port}/connect"),
+            fakes::WorkerFlaws::default(),
+        ))
+    })
+    .await;
     for id in [
         "worker.id.max",
         "worker.id.reuse",

@@ -4,6 +4,9 @@
 //! sent it anywhere), and settings at their extremes (`Duration::MAX`, a
 //! read buffer of `usize::MAX`) neither panic nor break the dial.
 
+#[path = "net/closed_port.rs"]
+mod closed_port;
+
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
@@ -17,6 +20,8 @@ use worker_relay::server::{serve, ServerConfig};
 use worker_relay::tunnel::{Tunnel, TunnelBody, TunnelEnd};
 use worker_relay::ws::{self, Dialer};
 
+use closed_port::closed_port;
+
 const TOKEN: &str = "ct-abc-000000000000";
 
 fn with_token() -> WorkerHandshake {
@@ -29,12 +34,6 @@ async fn relay() -> (SocketAddr, Gateway) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve(listener, gateway.service(), ServerConfig::default()));
     (addr, gateway)
-}
-
-/// A loopback port nothing listens on.
-async fn closed_port() -> u16 {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap().port()
 }
 
 fn assert_cleartext_refusal(e: &ws::DialError) {
@@ -92,7 +91,7 @@ async fn a_token_over_plain_ws_to_loopback_is_allowed() {
         drop(socket);
     }
     // A closed loopback port is a network error to retry, not a refusal.
-    let url = format!("ws://127.0.0.1:{}/connect", closed_port().await);
+    let url = format!("ws://127.0.0.1:{}/connect", closed_port());
     let e = Dialer::new().dial(&url, &with_token()).await.unwrap_err();
     assert!(!e.verdict().is_final(), "{e}");
     drop(gateway);
@@ -115,7 +114,7 @@ async fn a_tunnel_refuses_to_send_its_token_in_the_clear() {
 
 #[tokio::test]
 async fn a_dial_time_limit_of_duration_max_is_no_limit_not_a_panic() {
-    let url = format!("ws://127.0.0.1:{}/connect", closed_port().await);
+    let url = format!("ws://127.0.0.1:{}/connect", closed_port());
     let (dialer, handshake) = (Dialer::new().timeout(Duration::MAX), with_token());
     let dial = dialer.dial(&url, &handshake);
     let e = tokio::time::timeout(Duration::from_secs(10), dial)

@@ -240,8 +240,7 @@ async fn missing_or_wrong_worker_token_is_401_without_reading_the_body() {
 /// Real processes from here on: the relay and worker examples themselves.
 #[test]
 fn caller_disconnect_reaches_the_worker_as_abort() {
-    let port = free_port();
-    let _relay = relay_process(port);
+    let (_relay, port) = relay_process();
     let worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         worker.wait_log("connected to", Duration::from_secs(20)),
@@ -268,8 +267,7 @@ fn caller_disconnect_reaches_the_worker_as_abort() {
 
 #[test]
 fn worker_killed_mid_request_is_502() {
-    let port = free_port();
-    let _relay = relay_process(port);
+    let (_relay, port) = relay_process();
     let mut worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         worker.wait_log("connected to", Duration::from_secs(20)),
@@ -303,8 +301,7 @@ fn worker_killed_mid_request_is_502() {
 
 #[test]
 fn relay_restarted_worker_reconnects_and_serves_again() {
-    let port = free_port();
-    let mut relay = relay_process(port);
+    let (mut relay, port) = relay_process();
     let worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         worker.wait_log("connected to", Duration::from_secs(20)),
@@ -317,7 +314,7 @@ fn relay_restarted_worker_reconnects_and_serves_again() {
         "{}",
         worker.log()
     );
-    let _relay = relay_process(port);
+    let (_relay, _) = relay_process_on(port, &[]);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let status = rt.block_on(async {
@@ -350,8 +347,7 @@ fn relay_restarted_worker_reconnects_and_serves_again() {
 
 #[test]
 fn wrong_connect_token_makes_the_worker_exit_1() {
-    let port = free_port();
-    let relay = relay_process(port);
+    let (relay, port) = relay_process();
     let mut worker = worker_process(port, "ct-not-the-right-token");
     assert_eq!(
         worker.wait_exit(Duration::from_secs(30)),
@@ -379,8 +375,7 @@ fn wrong_connect_token_makes_the_worker_exit_1() {
 
 #[test]
 fn worker_wipes_its_tokens_from_its_environment() {
-    let port = free_port();
-    let _relay = relay_process(port);
+    let (_relay, port) = relay_process();
     let worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         worker.wait_log("connected to", Duration::from_secs(20)),
@@ -410,8 +405,7 @@ fn worker_wipes_its_tokens_from_its_environment() {
 
 #[test]
 fn a_new_connection_with_the_same_token_replaces_the_old() {
-    let port = free_port();
-    let relay = relay_process(port);
+    let (relay, port) = relay_process();
     let first = worker_process(port, CONNECT_TOKEN);
     assert!(
         first.wait_log("connected to", Duration::from_secs(20)),

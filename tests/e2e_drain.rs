@@ -12,9 +12,11 @@ use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{auth, example_bin, free_port, tokens_file, worker_process, Proc, CONNECT_TOKEN};
+use support::{auth, example_bin, tokens_file, worker_process, Proc, CONNECT_TOKEN};
 
-fn relay(port: u16, tokens: &std::path::Path) -> Proc {
+/// The relay example on `port` (0: a port of its own); returns it and its
+/// port once it listens.
+fn relay(port: u16, tokens: &std::path::Path) -> (Proc, u16) {
     let mut cmd = Command::new(example_bin("relay"));
     cmd.arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
@@ -24,12 +26,8 @@ fn relay(port: u16, tokens: &std::path::Path) -> Proc {
         .arg("30")
         .env("RUST_LOG", "info");
     let p = Proc::spawn(cmd);
-    assert!(
-        p.wait_log("listening on", Duration::from_secs(20)),
-        "{}",
-        p.log()
-    );
-    p
+    let port = p.listen_addr().port();
+    (p, port)
 }
 
 fn signal(p: &Proc, sig: i32) {
@@ -39,9 +37,8 @@ fn signal(p: &Proc, sig: i32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_the_relay_and_the_worker_comes_back_to_its_successor() {
     const N: u64 = 200 << 20;
-    let port = free_port();
     let tokens = tokens_file(&format!("abc {CONNECT_TOKEN}\n"));
-    let mut old = relay(port, &tokens);
+    let (mut old, port) = relay(0, &tokens);
     let worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         old.wait_log("worker abc connected", Duration::from_secs(20)),
@@ -123,19 +120,21 @@ async fn sigterm_drains_the_relay_and_the_worker_comes_back_to_its_successor() {
         worker.log()
     );
 
-    // A relay started again on the port: the worker is back within 2 s.
+    // A relay started again on the port (where the worker dials): the
+    // worker is back within its first redials.
     let started = Instant::now();
-    let new = relay(port, &tokens);
+    let (new, _) = relay(port, &tokens);
     assert!(
-        new.wait_log("worker abc connected", Duration::from_secs(10)),
+        new.wait_log("worker abc connected", Duration::from_secs(30)),
         "{}\n--- worker ---\n{}",
         new.log(),
         worker.log()
     );
     let back = started.elapsed();
     eprintln!("e2e_drain: the worker was back {back:?} after the new relay's start");
-    assert!(
-        back < Duration::from_secs(2) + Duration::from_millis(500),
-        "{back:?}"
-    );
+    // About 2 s unloaded. Generous for a loaded machine: after the 1012
+    // the worker redials at 0.5–1 s, then at 1–2 s and 2–4 s while refused;
+    // one that waited its longest backoff (60 s), or gave up, would not be
+    // back within 15 s.
+    assert!(back < Duration::from_secs(15), "{back:?}");
 }

@@ -12,25 +12,23 @@ mod worker_app;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{auth, example_bin, free_port, tokens_file, worker_process, Proc, CONNECT_TOKEN};
+use support::{auth, example_bin, tokens_file, worker_process, Proc, CONNECT_TOKEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn relay(port: u16, grace: &str) -> Proc {
+/// The relay example with `--grace grace` on a port of its own; returns
+/// it and its port once it listens.
+fn relay(grace: &str) -> (Proc, u16) {
     let tokens = tokens_file(&format!("abc {CONNECT_TOKEN}\n"));
     let mut cmd = Command::new(example_bin("relay"));
     cmd.arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
+        .arg("127.0.0.1:0")
         .arg("--tokens")
         .arg(tokens)
         .args(["--grace", grace, "--admin", "127.0.0.1:0"])
         .env("RUST_LOG", "info");
     let p = Proc::spawn(cmd);
-    assert!(
-        p.wait_log("listening on", Duration::from_secs(20)),
-        "{}",
-        p.log()
-    );
-    p
+    let port = p.listen_addr().port();
+    (p, port)
 }
 
 fn sigterm(p: &Proc) {
@@ -82,8 +80,7 @@ async fn streams_open(admin: u16) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_cut_by_the_grace_says_so_and_exits_3() {
-    let port = free_port();
-    let mut relay = relay(port, "1");
+    let (mut relay, port) = relay("1");
     let _worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         relay.wait_log("worker abc connected", Duration::from_secs(20)),
@@ -121,8 +118,7 @@ async fn a_drain_cut_by_the_grace_says_so_and_exits_3() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_within_the_grace_exits_0() {
-    let port = free_port();
-    let mut relay = relay(port, "30");
+    let (mut relay, port) = relay("30");
     let _worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         relay.wait_log("worker abc connected", Duration::from_secs(20)),

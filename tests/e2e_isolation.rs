@@ -122,9 +122,8 @@ fn processes() -> (Proc, Proc, SocketAddr) {
 
 /// [`processes`], the relay with `args` besides its listen address and tokens.
 fn processes_with(args: &[&str]) -> (Proc, Proc, SocketAddr) {
-    let port = free_port();
     let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
-    let relay = relay_process_with(port, &args);
+    let (relay, port) = relay_process_with(&args);
     let worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         worker.wait_log("connected to", Duration::from_secs(20)),
@@ -181,11 +180,14 @@ fn a_slow_and_a_stalled_caller_cost_only_themselves() {
             files_seen.0,
             files_seen.1 >> 20
         );
-        assert!(times.len() >= 250, "{} health checks", times.len());
-        // Not a performance figure (BENCHMARKS.md has those): a health check
-        // queued behind the slow downloads would take seconds, up to their
-        // 60 s; 1 s leaves room for a loaded CI machine (145 ms seen).
-        assert!(p99 <= Duration::from_secs(1), "health p99 {p99:?}");
+        // Not performance figures (BENCHMARKS.md has those), and generous
+        // for a loaded machine: a health check queued behind the slow
+        // downloads would wait for them, tens of seconds (the stalled one
+        // is given up only at 60 s), so a handful of checks would fit in
+        // the minute, not 100, and their p99 would be far over 10 s (145 ms
+        // seen unloaded; 300 checks when each takes under 200 ms).
+        assert!(times.len() >= 100, "{} health checks", times.len());
+        assert!(p99 <= Duration::from_secs(10), "health p99 {p99:?}");
         assert!(files_seen.0 >= 1, "the slow responses went to the overflow");
         assert!(files_seen.1 <= 2 * N, "overflow bounded: {}", files_seen.1);
 
@@ -260,7 +262,11 @@ fn a_frozen_worker_fails_its_callers_within_45_s_and_comes_back() {
         eprintln!("frozen worker: in-flight caller {s1} after {failed_after:?}, new caller {s2}");
         assert_eq!(s1, 502);
         assert_eq!(s2, 502);
-        assert!(failed_after <= Duration::from_secs(45), "{failed_after:?}");
+        // The keepalive gives up at most 40 s in (a ping every 20 s, 20 s
+        // for its pong; its exact timing is held on virtual time in
+        // proto_pair.rs). Generous for a loaded machine: without it, the
+        // callers of a frozen worker would wait for ever.
+        assert!(failed_after <= Duration::from_secs(90), "{failed_after:?}");
         assert!(
             relay.wait_log("keepalive timeout", Duration::from_secs(5)),
             "{}",
@@ -296,7 +302,7 @@ fn a_frozen_relay_is_noticed_by_a_worker_with_a_write_pending() {
         let noticed = tokio::task::spawn_blocking({
             let stderr = worker.stderr.clone();
             move || {
-                let end = Instant::now() + Duration::from_secs(50);
+                let end = Instant::now() + Duration::from_secs(120);
                 while Instant::now() < end {
                     if stderr
                         .lock()
@@ -317,7 +323,10 @@ fn a_frozen_relay_is_noticed_by_a_worker_with_a_write_pending() {
         signal(pid, libc::SIGCONT);
         eprintln!("frozen relay noticed by the worker after {took:?}");
         assert!(noticed, "{}", worker.log());
-        assert!(took <= Duration::from_secs(45), "{took:?}");
+        // At most 40 s by the keepalive (exact on virtual time in
+        // proto_pair.rs); generous for a loaded machine: without it, a
+        // worker with a write pending to a frozen relay waits for ever.
+        assert!(took <= Duration::from_secs(90), "{took:?}");
     });
     // The relay thaws; the worker reconnects.
     assert!(worker.wait_log("connected to", Duration::from_secs(30)));

@@ -17,9 +17,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{
-    auth, example_bin, free_port, relay_process_with, Proc, CONNECT_TOKEN, WORKER_TOKEN,
-};
+use support::{auth, example_bin, relay_process_with, Proc, CONNECT_TOKEN, WORKER_TOKEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `/metrics` of the admin endpoint at `port`, as `series -> value`
@@ -59,17 +57,13 @@ async fn wait_admin(p: &Proc) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scraped_counters_equal_what_was_done() {
-    let port = free_port();
+    let (relay, port) = relay_process_with(&[
+        "--admin".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--stall-timeout".as_ref(),
+        "2".as_ref(),
+    ]);
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let relay = relay_process_with(
-        port,
-        &[
-            "--admin".as_ref(),
-            "127.0.0.1:0".as_ref(),
-            "--stall-timeout".as_ref(),
-            "2".as_ref(),
-        ],
-    );
     let relay_admin = wait_admin(&relay).await;
     let mut cmd = Command::new(example_bin("worker"));
     cmd.arg("--connect")

@@ -35,7 +35,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{example_bin, free_port, Proc};
+use support::{addr_after, example_bin, scratch_dir, Proc};
 use worker_relay::connect::{Refused, Token, Verdict, WorkerHandshake};
 use worker_relay::ws;
 
@@ -213,34 +213,31 @@ async fn scenario(scratch: &Scratch, secrets: &Secrets, run: &mut Run) -> Result
     std::fs::write(&tokens, format!("abc {}\n", secrets.connect)).unwrap();
     let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
     std::fs::set_permissions(&tokens, owner_only).unwrap();
-    let port = free_port();
-    let relay_addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let relay_admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let mut cmd = Command::new(example_bin("relay"));
     cmd.arg("--listen")
-        .arg(relay_addr.to_string())
+        .arg("127.0.0.1:0")
         .arg("--tokens")
         .arg(&tokens)
         .arg("--admin")
-        .arg(relay_admin.to_string())
+        .arg("127.0.0.1:0")
         .arg("--log-format")
         .arg("json")
         .env("RUST_LOG", LOG_LEVEL);
     let relay = run.relay.insert(Proc::spawn(cmd));
-    wait_admin(relay, "relay", relay_admin).await?;
+    let relay_addr = logged_addr(relay, "relay", "\"message\":\"listening on ").await?;
+    let relay_admin = wait_admin(relay, "relay").await?;
 
     // The worker, its tokens in its environment only.
-    let worker_admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let mut cmd = Command::new(example_bin("worker"));
     cmd.arg("--connect")
         .arg(format!("ws://{relay_addr}/connect"))
         .arg("--admin")
-        .arg(worker_admin.to_string())
+        .arg("127.0.0.1:0")
         .env("STRATA_WORKER_CONNECT_TOKEN", &secrets.connect)
         .env("STRATA_WORKER_TOKEN", &secrets.worker)
         .env("RUST_LOG", LOG_LEVEL);
     let worker = run.worker.insert(Proc::spawn(cmd));
-    wait_admin(worker, "worker", worker_admin).await?;
+    let worker_admin = wait_admin(worker, "worker").await?;
 
     // Connected, as the relay's /workers says (no request to the worker yet).
     let workers = wait_workers(relay_admin).await?;
@@ -545,12 +542,7 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new() -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "worker-relay-prometheus-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch_dir("prometheus");
         let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o700);
         std::fs::set_permissions(&dir, owner_only).unwrap();
         Scratch(dir)
@@ -643,22 +635,28 @@ fn run_bounded(cmd: &mut Command, input: Option<&[u8]>, within: Duration) -> Ran
 }
 
 /// Waits (bounded) for `name`'s line `admin listening on ADDR`, then for
-/// its admin endpoint to answer `/metrics`.
-async fn wait_admin(p: &Proc, name: &str, admin: SocketAddr) -> Result<(), String> {
-    let needle = format!("admin listening on {admin}");
+/// its admin endpoint to answer `/metrics`; returns ADDR.
+async fn wait_admin(p: &Proc, name: &str) -> Result<SocketAddr, String> {
+    let admin = logged_addr(p, name, "admin listening on ").await?;
+    match get(admin, "/metrics", &[]).await {
+        Ok((200, _)) => Ok(admin),
+        other => Err(format!("the {name}'s GET /metrics: {other:?}")),
+    }
+}
+
+/// The address right after `marker` in the first of `p`'s log lines that
+/// has one (at most 20 s): where a process started on port 0 listens.
+async fn logged_addr(p: &Proc, name: &str, marker: &str) -> Result<SocketAddr, String> {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
-        if p.stderr.lock().unwrap().iter().any(|l| l.contains(&needle)) {
-            break;
+        let found = (p.stderr.lock().unwrap().iter()).find_map(|l| addr_after(l, marker));
+        if let Some(addr) = found {
+            return Ok(addr);
         }
         if Instant::now() > end {
-            return Err(format!("the {name} did not log `{needle}` within 20 s"));
+            return Err(format!("the {name} did not log `{marker}ADDR` within 20 s"));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    match get(admin, "/metrics", &[]).await {
-        Ok((200, _)) => Ok(()),
-        other => Err(format!("the {name}'s GET /metrics: {other:?}")),
     }
 }
 
@@ -849,19 +847,20 @@ scrape_configs:
         );
         let file = scratch.0.join("prometheus.yml");
         std::fs::write(&file, config).unwrap();
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let mut cmd = Command::new(tool("PROMETHEUS", "prometheus"));
         cmd.arg(format!("--config.file={}", file.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 scratch.0.join("data").display()
             ))
-            .arg(format!("--web.listen-address={addr}"))
+            .arg("--web.listen-address=127.0.0.1:0")
             .current_dir(&scratch.0);
-        let mut prometheus = Prometheus {
-            proc: Proc::spawn(cmd),
-            addr,
-        };
+        let proc = Proc::spawn(cmd);
+        // Where it listens, once bound: `msg="Listening on"
+        // address=127.0.0.1:PORT` (the line before it has the `:0` asked).
+        let addr = logged_addr(&proc, "prometheus", "msg=\"Listening on\" address=").await;
+        let mut prometheus = Prometheus { proc, addr: addr? };
+        let addr = prometheus.addr;
         let end = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok((200, _)) = get(addr, "/-/ready", &[]).await {

@@ -18,17 +18,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{auth, free_port, pattern, worker_process, Proc};
+use support::{auth, pattern, worker_process, Proc};
 use support::{CONNECT_TOKEN, WORKER_TOKEN};
 
-fn relay(port: u16) -> Proc {
-    let p = support::relay_process_with(port, &[]);
-    assert!(
-        p.wait_log("listening on", Duration::from_secs(20)),
-        "{}",
-        p.log()
-    );
-    p
+/// The relay example on a port of its own; returns it and its port.
+fn relay() -> (Proc, u16) {
+    support::relay_process()
 }
 
 fn sigterm(p: &Proc) {
@@ -128,9 +123,8 @@ fn count(log: &str, needle: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_redeploy_under_load_fails_no_request() {
-    let port = free_port();
+    let (relay, port) = relay();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let relay = relay(port);
     let mut old = worker_process(port, CONNECT_TOKEN);
     assert!(
         relay.wait_log("worker abc connected", Duration::from_secs(20)),
@@ -193,9 +187,8 @@ async fn a_worker_redeploy_under_load_fails_no_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_with_one_token_replace_each_other_rarely_and_lose_nothing() {
-    let port = free_port();
+    let (relay, port) = relay();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let relay = relay(port);
     let _first = worker_process(port, CONNECT_TOKEN);
     assert!(
         relay.wait_log("worker abc connected", Duration::from_secs(20)),

@@ -11,7 +11,7 @@ mod worker_app;
 
 use std::process::Command;
 use std::time::Duration;
-use support::{example_bin, free_port, tokens_file, worker_process, Proc, CONNECT_TOKEN};
+use support::{example_bin, tokens_file, worker_process, Proc, CONNECT_TOKEN};
 
 fn hup(p: &Proc) {
     let pid = p.child.id() as i32;
@@ -20,20 +20,15 @@ fn hup(p: &Proc) {
 
 #[test]
 fn sighup_reloads_the_tokens_and_closes_a_revoked_worker() {
-    let port = free_port();
     let tokens = tokens_file(&format!("abc {CONNECT_TOKEN}\nidle {IDLE_TOKEN}\n"));
     let mut cmd = Command::new(example_bin("relay"));
     cmd.arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
+        .arg("127.0.0.1:0")
         .arg("--tokens")
         .arg(&tokens)
         .env("RUST_LOG", "info");
     let relay = Proc::spawn(cmd);
-    assert!(
-        relay.wait_log("listening on", Duration::from_secs(20)),
-        "{}",
-        relay.log()
-    );
+    let port = relay.listen_addr().port();
     let mut worker = worker_process(port, CONNECT_TOKEN);
     let _idle = worker_process(port, IDLE_TOKEN);
     assert!(
@@ -57,8 +52,8 @@ fn sighup_reloads_the_tokens_and_closes_a_revoked_worker() {
     );
     assert!(!relay.log().contains("disconnected"), "{}", relay.log());
 
-    // abc removed, new added: abc closed within 1 s, refused when it
-    // dials again, exits 1.
+    // abc removed, new added: abc closed at once, refused when it dials
+    // again, exits 1.
     std::fs::write(&tokens, format!("idle {IDLE_TOKEN}\nnew {NEW_TOKEN}\n")).unwrap();
     let sent = std::time::Instant::now();
     hup(&relay);
@@ -69,7 +64,11 @@ fn sighup_reloads_the_tokens_and_closes_a_revoked_worker() {
     );
     let gone = sent.elapsed();
     eprintln!("e2e_reload: the revoked worker was disconnected {gone:?} after SIGHUP");
-    assert!(gone < Duration::from_secs(1), "{gone:?}");
+    // At once (well under a second unloaded); generous for a loaded
+    // machine: a relay that closed a revoked worker only when it next
+    // pinged or dialled would take up to 20 s (the ping interval), or
+    // never.
+    assert!(gone < Duration::from_secs(5), "{gone:?}");
     assert!(
         relay.wait_log("closed 1 whose token was revoked", Duration::from_secs(10)),
         "{}",

@@ -17,9 +17,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{auth, example_bin, free_port, tokens_file, worker_process, Proc, CONNECT_TOKEN};
+use support::{auth, example_bin, tokens_file, worker_process, Proc, CONNECT_TOKEN};
 
-fn relay(port: u16, tokens: &std::path::Path) -> Proc {
+/// The relay example on `port` (0: a port of its own); returns it and its
+/// port once it listens.
+fn relay(port: u16, tokens: &std::path::Path) -> (Proc, u16) {
     let mut cmd = Command::new(example_bin("relay"));
     cmd.arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
@@ -28,20 +30,15 @@ fn relay(port: u16, tokens: &std::path::Path) -> Proc {
         .args(["--reuse-port", "--reconnect-wait", "10", "--grace", "30"])
         .env("RUST_LOG", "info");
     let p = Proc::spawn(cmd);
-    assert!(
-        p.wait_log("listening on", Duration::from_secs(20)),
-        "{}",
-        p.log()
-    );
-    p
+    let port = p.listen_addr().port();
+    (p, port)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_place_restart_under_load_fails_no_request() {
-    let port = free_port();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let tokens = tokens_file(&format!("abc {CONNECT_TOKEN}\n"));
-    let mut old = relay(port, &tokens);
+    let (mut old, port) = relay(0, &tokens);
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         old.wait_log("worker abc connected", Duration::from_secs(20)),
@@ -89,7 +86,7 @@ async fn an_in_place_restart_under_load_fails_no_request() {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     // The new relay on the same port, then the old one drains.
-    let new = relay(port, &tokens);
+    let (new, _) = relay(port, &tokens);
     let restarted = Instant::now();
     assert_eq!(
         unsafe { libc::kill(old.child.id() as i32, libc::SIGTERM) },

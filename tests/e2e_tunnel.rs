@@ -201,11 +201,10 @@ fn peak_kib(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tunnel_worker_streams_a_gib_each_way_and_passes_head_and_304() {
     let upstream = start_upstream().await;
-    let port = free_port();
     // Nothing on disk: the caller here may read more slowly than the
     // worker sends, and a GiB of it in the overflow would depend on the
     // free space of the machine's temporary directory.
-    let relay = relay_process_with(port, &["--overflow-budget".as_ref(), "0".as_ref()]);
+    let (relay, port) = relay_process_with(&["--overflow-budget".as_ref(), "0".as_ref()]);
     let mut cmd = Command::new(example_bin("worker"));
     cmd.args(["--connect", &format!("ws://127.0.0.1:{port}/connect")])
         .args(["--upstream", &format!("http://{upstream}")])

@@ -15,9 +15,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{
-    auth, example_bin, free_port, relay_process_with, Proc, CONNECT_TOKEN, WORKER_TOKEN,
-};
+use support::{auth, example_bin, relay_process_with, Proc, CONNECT_TOKEN, WORKER_TOKEN};
 
 /// `/metrics` of the admin endpoint at `port`, as `series -> value`.
 async fn scrape(port: u16) -> BTreeMap<String, f64> {
@@ -55,9 +53,8 @@ async fn wait_admin(p: &Proc) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_counts_the_500_it_writes_itself() {
-    let port = free_port();
+    let (relay, port) = relay_process_with(&["--admin".as_ref(), "127.0.0.1:0".as_ref()]);
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let relay = relay_process_with(port, &["--admin".as_ref(), "127.0.0.1:0".as_ref()]);
     let relay_admin = wait_admin(&relay).await;
     let mut cmd = Command::new(example_bin("worker"));
     cmd.arg("--connect")

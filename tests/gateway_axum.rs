@@ -46,7 +46,7 @@ fn worker_app() -> Router {
         .route(
             "/sleep",
             get(|| async {
-                tokio::time::sleep(Duration::from_millis(1500)).await;
+                tokio::time::sleep(Duration::from_secs(10)).await;
                 "slept"
             }),
         )
@@ -150,11 +150,9 @@ async fn a_slow_request_does_not_hold_up_fast_ones() {
         !slow.is_finished(),
         "the health checks waited for the sleep"
     );
-    assert!(
-        t.elapsed() < Duration::from_millis(1400),
-        "{:?}",
-        t.elapsed()
-    );
+    // Generous for a loaded machine: health checks that waited for the
+    // sleep would take its 10 s.
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     let a = slow.await.unwrap();
     assert_eq!((a.status, &a.body[..]), (200, &b"slept"[..]));
 }

@@ -129,19 +129,19 @@ async fn call(forward: &Forward, uri: &str) -> http::Response<GatewayBody> {
     resp
 }
 
-/// With a store whose every operation takes 2 s, `/health` through the same
+/// With a store whose every operation takes 5 s, `/health` through the same
 /// worker keeps answering at once while a slow caller's response spills.
 /// Before the fix each append ran in the driver, under the connection's
-/// lock: every request through the worker waited for it, 2 s or more.
+/// lock: every request through the worker waited for it, 5 s or more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_requests_do_not_wait_for_a_slow_store() {
-    let store = SlowStore::new(Duration::from_secs(2));
+    let store = SlowStore::new(Duration::from_secs(5));
     let started = store.started.clone();
     let forward = gateway_with(store.clone()).await;
 
     // A caller that takes the head of 1 MiB and reads nothing: all but its
     // 256 KiB in memory go to the store, in a dozen appends or more (the
-    // worker's chunks are smaller than its pieces), 2 s each.
+    // worker's chunks are smaller than its pieces), 5 s each.
     let slow = call(&forward, "/w/abc/bytes?1048576").await;
     let end = Instant::now() + Duration::from_secs(20);
     while started.load(Ordering::SeqCst) == 0 {
@@ -149,9 +149,9 @@ async fn small_requests_do_not_wait_for_a_slow_store() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
-    // For 5 s (two or three store operations), one small request after
+    // For 10 s (two or three store operations), one small request after
     // another through the same worker.
-    let (from, window) = (Instant::now(), Duration::from_secs(5));
+    let (from, window) = (Instant::now(), Duration::from_secs(10));
     let ops_before = started.load(Ordering::SeqCst);
     let mut took = Vec::new();
     while from.elapsed() < window {
@@ -182,9 +182,9 @@ async fn small_requests_do_not_wait_for_a_slow_store() {
     );
     assert!(ops >= 1, "the store was not at work during the requests");
     // The target is 50 ms; the bound is generous for a loaded machine,
-    // and still well below the 2 s each request waited before.
+    // and still half the 5 s each request waited before.
     assert!(
-        p99 < Duration::from_secs(1),
+        p99 < Duration::from_millis(2500),
         "p99 {p99:?} over {} requests",
         took.len()
     );
@@ -192,7 +192,8 @@ async fn small_requests_do_not_wait_for_a_slow_store() {
     // The caller leaves: its store is dropped, and its queued appends
     // with it, without waiting for them.
     drop(slow);
-    let end = Instant::now() + Duration::from_secs(10);
+    // The operation under way still takes its 5 s.
+    let end = Instant::now() + Duration::from_secs(30);
     while store.inner.held() > 0 {
         assert!(Instant::now() < end, "{} bytes left", store.inner.held());
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -30,10 +30,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{
-    free_port, relay_process, relay_process_tls, relay_process_with, Proc, CONNECT_TOKEN,
-    WORKER_TOKEN,
-};
+use support::{relay_process, relay_process_on, Proc, CONNECT_TOKEN, WORKER_TOKEN};
 use tls::TlsFiles;
 
 /// The worker id `relay_process` maps to `CONNECT_TOKEN`.
@@ -279,8 +276,7 @@ impl Stack {
     }
 
     fn start_on(log_level: &str, tls: Option<TlsFiles>) -> Stack {
-        let port = free_port();
-        let relay = relay_on(port, tls.as_ref());
+        let (relay, port) = relay_on(0, tls.as_ref());
         Stack::start_behind(port, relay, log_level, tls)
     }
 
@@ -326,7 +322,7 @@ impl Stack {
     /// certificate).
     fn restart_relay(&mut self) {
         self.relay.kill();
-        self.relay = relay_on(self.port, self.tls.as_ref());
+        self.relay = relay_on(self.port, self.tls.as_ref()).0;
     }
 
     fn addr(&self) -> SocketAddr {
@@ -365,12 +361,20 @@ impl Stack {
     }
 }
 
-/// The relay example on `port`, serving TLS with `tls`'s certificate if
-/// given.
-fn relay_on(port: u16, tls: Option<&TlsFiles>) -> Proc {
+/// The relay example on `port` (0: a port of its own), serving TLS with
+/// `tls`'s certificate if given; returns it and its port.
+fn relay_on(port: u16, tls: Option<&TlsFiles>) -> (Proc, u16) {
     match tls {
-        None => relay_process(port),
-        Some(f) => relay_process_tls(port, &f.cert, &f.key),
+        None => relay_process_on(port, &[]),
+        Some(f) => relay_process_on(
+            port,
+            &[
+                "--tls-cert".as_ref(),
+                f.cert.as_os_str(),
+                "--tls-key".as_ref(),
+                f.key.as_os_str(),
+            ],
+        ),
     }
 }
 
@@ -842,8 +846,10 @@ fn cancel_during_a_long_cell_on(s: Stack) {
     let v: Value = serde_json::from_slice(&r.body).expect("cancel answer is JSON");
     assert_eq!(v, json!({"build_id": id, "cancelled": true}));
     eprintln!("interop: cancel answered in {} -> {v}", ms(cancel_took));
+    // Generous for a loaded machine: a cancel that waited for the cell
+    // would take its 30 s.
     assert!(
-        cancel_took < Duration::from_secs(1),
+        cancel_took < Duration::from_secs(10),
         "cancel took {cancel_took:?}"
     );
 
@@ -963,8 +969,7 @@ fn missing_or_wrong_worker_token_is_401() {
 #[test]
 #[ignore = "needs strata-worker: run .ci/interop"]
 fn wrong_connect_token_makes_strata_worker_exit_1() {
-    let port = free_port();
-    let relay = relay_process(port);
+    let (relay, port) = relay_process();
     let t = Instant::now();
     // At info level: at debug, websockets itself logs the handshake's
     // `Authorization: Bearer <connect token>` line.
@@ -1219,7 +1224,10 @@ fn a_stalled_caller_does_not_cost_the_workers_keepalive() {
         ms(*sorted.last().unwrap()),
         stalled_got
     );
-    assert!(sorted.len() >= 200, "{} health checks", sorted.len());
+    // 300 when each check takes under 200 ms; generous for a loaded
+    // machine: checks queued behind the stalled download would wait for
+    // its 60 s, and only a handful would fit.
+    assert!(sorted.len() >= 100, "{} health checks", sorted.len());
     assert!(
         (stalled_got as u64) < 64 << 20,
         "the stalled caller was not given up"
@@ -1254,17 +1262,12 @@ const CELL_SLEEP_SECS: u64 = 4;
 /// some.
 const POLL_LIMIT: Duration = Duration::from_secs(20);
 
-/// A relay example with [`RESTART_FLAGS`] on `port`; returns once it listens
-/// (its own log says so: another relay may already answer on the port).
-fn restartable_relay(port: u16) -> Proc {
+/// A relay example with [`RESTART_FLAGS`] on `port` (0: a port of its
+/// own); returns it and its port once it listens (its own log says so:
+/// another relay may already answer on the port).
+fn restartable_relay(port: u16) -> (Proc, u16) {
     let args: Vec<&std::ffi::OsStr> = RESTART_FLAGS.iter().map(|a| a.as_ref()).collect();
-    let p = relay_process_with(port, &args);
-    assert!(
-        p.wait_log("listening on", Duration::from_secs(20)),
-        "the relay did not listen within 20 s\n{}",
-        p.log()
-    );
-    p
+    relay_process_on(port, &args)
 }
 
 /// One `GET /health` of the poller.
@@ -1347,10 +1350,10 @@ async fn poll_health(addr: SocketAddr, stop: Arc<AtomicBool>, every: Duration) -
 #[test]
 #[ignore = "needs strata-worker: run .ci/interop"]
 fn in_place_restart_while_a_cell_runs_fails_no_health_poll() {
-    let port = free_port();
+    let (first, port) = restartable_relay(0);
     // At info level: at debug, websockets logs the connect token, and this
     // test checks that no log holds one.
-    let mut s = Stack::start_behind(port, restartable_relay(port), "info", None);
+    let mut s = Stack::start_behind(port, first, "info", None);
     let (r, _) = s.request("GET", "/health", &[], Bytes::new());
     assert_eq!(r.status, 200, "{}", s.logs());
 
@@ -1405,7 +1408,7 @@ fn in_place_restart_while_a_cell_runs_fails_no_health_poll() {
     std::thread::sleep(Duration::from_millis(300));
 
     // The restart: B on the same port; once it listens, SIGTERM to A.
-    let b = restartable_relay(port);
+    let (b, _) = restartable_relay(port);
     let b_listening = Instant::now();
     assert!(
         !cell.is_finished(),

@@ -15,14 +15,18 @@ use std::time::{Duration, Instant};
 use worker_relay::BoxError;
 
 /// README text -> this file's text: the README's fixed port, file and
-/// environment variable become the test's, and `exit(1)` returns the status
-/// instead of ending the test process.
+/// environment variable become the test's (the relay's listener one the
+/// test bound on port 0, so no other process can take the port between),
+/// and `exit(1)` returns the status instead of ending the test process.
 const SUBSTITUTIONS: &[(&str, &str)] = &[
     (
         r#"read_to_string("tokens.txt")"#,
         "read_to_string(tokens_file)",
     ),
-    (r#"bind("127.0.0.1:8080")"#, "bind(relay_addr)"),
+    (
+        r#"tokio::net::TcpListener::bind("127.0.0.1:8080").await?"#,
+        "relay_listener",
+    ),
     (r#""ws://127.0.0.1:8080/connect""#, "connect_url"),
     (
         r#"std::env::var("STRATA_WORKER_CONNECT_TOKEN").ok()"#,
@@ -33,7 +37,7 @@ const SUBSTITUTIONS: &[(&str, &str)] = &[
 ];
 
 #[rustfmt::skip]
-async fn relay_embed(tokens_file: &Path, relay_addr: &str) -> Result<(), BoxError> {
+async fn relay_embed(tokens_file: &Path, relay_listener: tokio::net::TcpListener) -> Result<(), BoxError> {
     // README begin
     use axum::{routing::get, Router};
     use worker_relay::{connect::TokenTable, gateway::Gateway};
@@ -44,7 +48,7 @@ async fn relay_embed(tokens_file: &Path, relay_addr: &str) -> Result<(), BoxErro
         .route_service("/connect", gateway.connect())    // workers dial here
         .route_service("/connect/{id}", gateway.connect()) // or here, naming themselves
         .route_service("/w/{*rest}", gateway.forward()); // callers: /w/<id>/…
-    let listener = tokio::net::TcpListener::bind(relay_addr).await?;
+    let listener = relay_listener;
     axum::serve(listener, app).await?;
     // README end
     Ok(())
@@ -192,11 +196,9 @@ fn the_frame_example_runs() {
 
 const TOKENS: &str = "abc ct-abc-0123456789\nup ct-up-01234567890\n";
 
-/// A free loopback port, taken and given back (the README's program binds
-/// it itself).
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+/// A listener on a loopback port of its own, for the README's relay.
+async fn relay_listener() -> tokio::net::TcpListener {
+    tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()
 }
 
 /// The upstream of the tunnel: answers with what it received (method,
@@ -243,7 +245,7 @@ async fn until(addr: SocketAddr, target: &str, status: u16) -> client::Answer {
     }
 }
 
-/// The README's relay on a free port with `TOKENS`: its address, its
+/// The README's relay on a port of its own with `TOKENS`: its address, its
 /// connect URL, the tokens file's directory, and its task.
 async fn start_relay() -> (
     SocketAddr,
@@ -254,10 +256,10 @@ async fn start_relay() -> (
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.txt");
     std::fs::write(&tokens, TOKENS).unwrap();
-    let relay_addr = free_addr();
-    let addr: SocketAddr = relay_addr.parse().unwrap();
-    let connect_url = format!("ws://{relay_addr}/connect");
-    let relay = tokio::spawn(async move { relay_embed(&tokens, &relay_addr).await });
+    let listener = relay_listener().await;
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let connect_url = format!("ws://{addr}/connect");
+    let relay = tokio::spawn(async move { relay_embed(&tokens, listener).await });
     let status = until(addr, "/status", 200).await;
     assert_eq!(&status.body[..], b"the app's own route");
     (addr, connect_url, dir, relay)
@@ -357,6 +359,6 @@ async fn a_refused_worker_program_exits_1_and_a_missing_tokens_file_is_an_error(
     relay.abort();
 
     // The embed's `?`s: no tokens file, no relay.
-    let missing = relay_embed(&dir.path().join("absent.txt"), &free_addr()).await;
+    let missing = relay_embed(&dir.path().join("absent.txt"), relay_listener().await).await;
     assert!(missing.is_err());
 }

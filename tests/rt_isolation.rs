@@ -167,7 +167,9 @@ fn without_overflow_the_sequential_misuse_fails_instead_of_hanging() {
         Ok(())
     });
     assert_eq!(outcome, Err(BodyError::Stalled));
-    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    // Past the 300 ms pause timeout; generous for a loaded machine (the
+    // misuse without it hangs for ever).
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 }
 
 /// Issue 14, items 2 and 3: a peer that takes nothing (frozen) while a
@@ -207,8 +209,10 @@ fn a_frozen_peer_is_dropped_even_with_a_write_pending() {
         "{result:?}"
     );
     let took = t.elapsed();
+    // The 100 ms + 200 ms keepalive deadline; the upper bound generous
+    // for a loaded machine (a driver without the deadline never ends).
     assert!(
-        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        took >= Duration::from_millis(300) && took < Duration::from_secs(30),
         "{took:?}"
     );
     assert_eq!(pool.run_until(resp).err(), Some(RelayError::WorkerGone));

@@ -163,9 +163,8 @@ async fn the_grace_period_bounds_a_worker_drain() {
 /// process exits 0, the relay sees 1001.
 #[test]
 fn the_worker_example_drains_on_sigterm() {
-    use support::{auth, free_port, relay_process, worker_process, CONNECT_TOKEN};
-    let port = free_port();
-    let relay = relay_process(port);
+    use support::{auth, relay_process, worker_process, CONNECT_TOKEN};
+    let (relay, port) = relay_process();
     let mut worker = worker_process(port, CONNECT_TOKEN);
     assert!(
         relay.wait_log("worker abc connected", Duration::from_secs(20)),

@@ -2,6 +2,9 @@
 //! program had installed a `tracing` subscriber. `Tunnel::on_event` tells
 //! the program each dial failure (and why), connection and wait.
 
+#[path = "net/closed_port.rs"]
+mod closed_port;
+
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
@@ -37,10 +40,7 @@ async fn next(events: &mut mpsc::UnboundedReceiver<TunnelEvent>) -> TunnelEvent 
 
 #[tokio::test]
 async fn a_tunnel_that_cannot_dial_reports_each_failure() {
-    let port = {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = closed_port::closed_port();
     let (tx, mut events) = mpsc::unbounded_channel();
     let backoff = BackoffConfig::builder()
         .initial(Duration::from_millis(10))

@@ -22,7 +22,7 @@
 use crate::cli::App;
 use crate::fakes::WorkerFlaws as F;
 use crate::report::{CaseResult, Outcome};
-use crate::{assert_fails, assert_passes, fake_worker_run, fakes, free_port, lines, outcome, run};
+use crate::{assert_fails, assert_passes, fake_worker_run, fakes, lines, outcome, run_worker};
 
 fn d() -> F {
     F::default()
@@ -154,16 +154,17 @@ async fn closing_on_garbage_is_a_warning_closing_on_unknown_types_a_failure() {
 
 /// The fake with `flaws`, and a kit that knows no worker token, running `case`.
 async fn fake_worker_run_without_token(flaws: F, case: &str) -> Vec<CaseResult> {
-    let port = free_port();
-    let worker = tokio::spawn(fakes::worker(
-        format!("ws://127.0.0.1:{port}/connect"),
-        flaws,
-    ));
-    let mut cfg = crate::worker_config(port, App::Example, Some(case));
+    let mut cfg = crate::worker_config(App::Example, Some(case));
     if let crate::cli::Mode::Worker(t) = &mut cfg.mode {
         t.worker_token = None;
     }
-    let results = run(&cfg).await;
+    let (results, worker) = run_worker(&cfg, |port| {
+        tokio::spawn(fakes::worker(
+            format!("ws://127.0.0.1:{port}/connect"),
+            flaws,
+        ))
+    })
+    .await;
     worker.abort();
     results
 }
@@ -243,7 +244,11 @@ async fn a_wedged_worker_fails_its_own_case_and_not_the_next() {
     // The fake stops answering after the barrage; before the next case the
     // kit finds /health unanswered, hangs up and takes the worker's redial.
     use crate::worker_ctx::{Answer, WorkerCtx};
-    let port = free_port();
+    let crate::cli::Mode::Worker(t) = crate::worker_config(App::Example, None).mode else {
+        unreachable!()
+    };
+    let mut ctx = WorkerCtx::bind(t).await.unwrap();
+    let port = ctx.listener.local_addr().unwrap().port();
     let worker = tokio::spawn(fakes::worker(
         format!("ws://127.0.0.1:{port}/connect"),
         F {
@@ -251,10 +256,6 @@ async fn a_wedged_worker_fails_its_own_case_and_not_the_next() {
             ..d()
         },
     ));
-    let crate::cli::Mode::Worker(t) = crate::worker_config(port, App::Example, None).mode else {
-        unreachable!()
-    };
-    let mut ctx = WorkerCtx::bind(t).await.unwrap();
     let (s, hs) = ctx
         .next_dial(std::time::Duration::from_secs(30))
         .await

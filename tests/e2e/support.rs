@@ -29,12 +29,14 @@ pub fn example_bin(name: &str) -> PathBuf {
     bin
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// The socket address right after the first `marker` in `line`
+/// (`listening on 127.0.0.1:4242 (http)` -> `127.0.0.1:4242`).
+pub fn addr_after(line: &str, marker: &str) -> Option<SocketAddr> {
+    let rest = &line[line.find(marker)? + marker.len()..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '[' | ']')))
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
 }
 
 /// A child process killed on drop, with its stderr collected.
@@ -82,6 +84,41 @@ impl Proc {
         false
     }
 
+    /// Waits (bounded) for a stderr line with one of `markers` followed
+    /// by a socket address (an example logging where it listens), and
+    /// returns that address.
+    pub fn wait_addr(&self, markers: &[&str], within: Duration) -> Option<SocketAddr> {
+        let end = Instant::now() + within;
+        loop {
+            let found = self
+                .stderr
+                .lock()
+                .unwrap()
+                .iter()
+                .find_map(|l| markers.iter().find_map(|m| addr_after(l, m)));
+            if found.is_some() || Instant::now() >= end {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The relay example's public address, from its line `listening on
+    /// ADDR (http); …` (text or JSON log), waiting at most 20 s.
+    pub fn listen_addr(&self) -> SocketAddr {
+        // Anchored so that `admin listening on ADDR` never matches.
+        let markers = ["relay: listening on ", "\"message\":\"listening on "];
+        self.wait_addr(&markers, Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("no `listening on ADDR` line: {}", self.log()))
+    }
+
+    /// The address of the example's admin endpoint (`admin listening on
+    /// ADDR`), waiting at most 20 s.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.wait_addr(&["admin listening on "], Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("no `admin listening on ADDR` line: {}", self.log()))
+    }
+
     /// Waits (bounded) for the exit status.
     pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
         let end = Instant::now() + within;
@@ -106,41 +143,48 @@ impl Drop for Proc {
     }
 }
 
+/// A fresh directory under the temp dir, unique to this process.
+pub fn scratch_dir(what: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("worker-relay-{what}-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// A tokens file in a fresh temp dir.
 pub fn tokens_file(lines: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "worker-relay-e2e-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tokens.txt");
+    let path = scratch_dir("e2e").join("tokens.txt");
     std::fs::write(&path, lines).unwrap();
     path
 }
 
-/// The relay example as a process on `port`; returns once it accepts connections.
-pub fn relay_process(port: u16) -> Proc {
-    relay_process_with(port, &[])
+/// The relay example as a process on a port of its own (`--listen
+/// 127.0.0.1:0`); returns it and its port once it accepts connections.
+pub fn relay_process() -> (Proc, u16) {
+    relay_process_with(&[])
 }
 
 /// The relay example serving TLS with the certificate and key of these
-/// PEM files; returns once it accepts connections.
-pub fn relay_process_tls(port: u16, cert: &std::path::Path, key: &std::path::Path) -> Proc {
-    relay_process_with(
-        port,
-        &[
-            "--tls-cert".as_ref(),
-            cert.as_os_str(),
-            "--tls-key".as_ref(),
-            key.as_os_str(),
-        ],
-    )
+/// PEM files; returns it and its port once it accepts connections.
+pub fn relay_process_tls(cert: &std::path::Path, key: &std::path::Path) -> (Proc, u16) {
+    relay_process_with(&[
+        "--tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--tls-key".as_ref(),
+        key.as_os_str(),
+    ])
 }
 
-/// The relay example on `port` with `args` besides its listen address and
-/// tokens file.
-pub fn relay_process_with(port: u16, args: &[&std::ffi::OsStr]) -> Proc {
+/// The relay example with `args` besides its listen address (port 0) and
+/// tokens file; returns it and its port once it accepts connections.
+pub fn relay_process_with(args: &[&std::ffi::OsStr]) -> (Proc, u16) {
+    relay_process_on(0, args)
+}
+
+/// [`relay_process_with`] on `port`: 0 for a port of its own, or the port
+/// a relay of the same test had (a restart where the workers dial).
+pub fn relay_process_on(port: u16, args: &[&std::ffi::OsStr]) -> (Proc, u16) {
     let tokens = tokens_file(&format!(
         "# e2e\n\nabc {CONNECT_TOKEN}\nidle ct-idle-worker-token\n"
     ));
@@ -151,12 +195,10 @@ pub fn relay_process_with(port: u16, args: &[&std::ffi::OsStr]) -> Proc {
         .arg(&tokens)
         .args(args);
     let p = Proc::spawn(cmd);
-    let end = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < end, "relay did not start: {}", p.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    p
+    // The relay logs its address once bound; bound means accepting (the
+    // backlog queues a connection until the accept loop runs).
+    let port = p.listen_addr().port();
+    (p, port)
 }
 
 /// The worker example as a process, tokens in its environment only.

@@ -8,6 +8,38 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../net/closed_port.rs"]
+mod closed_port;
+use closed_port::closed_port;
+
+/// Whether process `pid` holds a TCP socket listening on `port` (Linux:
+/// the inodes of `/proc/net/tcp`'s listening sockets on the port against
+/// the sockets among the process's open files).
+fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    let local = format!(":{port:04X}");
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local_address, st (0A: LISTEN), inode
+            (f.len() > 9 && f[1].ends_with(&local) && f[3] == "0A").then(|| f[9].to_string())
+        })
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|link| {
+            let link = link.to_string_lossy();
+            inodes.iter().any(|i| link == format!("socket:[{i}]"))
+        })
+}
+
 /// The template the test and `docs/scale-out.md` share.
 pub const TEMPLATE: &str = include_str!("nginx.conf.template");
 
@@ -83,11 +115,35 @@ pub struct Nginx {
 }
 
 impl Nginx {
+    /// Starts nginx on a port of its own with the configuration `conf`
+    /// makes for a listen address (`render`, `render_tls`), files under
+    /// `dir`; returns it and that address once nginx itself listens there.
+    ///
+    /// nginx cannot listen on port 0, so the port is one where nothing
+    /// listened a moment before ([`closed_port`]). If another process
+    /// takes it first, nginx fails to bind and exits, and the next attempt
+    /// takes another port; a connection that succeeds is not taken for
+    /// nginx listening: only a listening socket of nginx's own process on
+    /// the port is.
+    pub fn start(dir: &Path, conf: impl Fn(SocketAddr) -> String) -> (Nginx, SocketAddr) {
+        let mut failures = Vec::new();
+        for _ in 0..5 {
+            let addr = SocketAddr::from(([127, 0, 0, 1], closed_port()));
+            match Nginx::start_on(dir, addr, &conf(addr)) {
+                Ok(nginx) => return (nginx, addr),
+                Err(why) => failures.push(format!("{addr}: {why}")),
+            }
+        }
+        panic!("nginx did not start:\n{}", failures.join("\n"));
+    }
+
     /// Starts nginx with `conf` written to `dir/nginx.conf`; returns once
-    /// it accepts connections on `addr` (at most 10 s).
-    pub fn start(dir: &Path, addr: SocketAddr, conf: &str) -> Nginx {
+    /// its master process holds a socket listening on `addr` (at most
+    /// 10 s), or why not (it exited: the port taken, say).
+    fn start_on(dir: &Path, addr: SocketAddr, conf: &str) -> Result<Nginx, String> {
         let file = dir.join("nginx.conf");
         std::fs::write(&file, conf).expect("write nginx.conf");
+        let _ = std::fs::remove_file(dir.join("error.log"));
         let child = Command::new(binary())
             .arg("-c")
             .arg(&file)
@@ -103,9 +159,12 @@ impl Nginx {
             dir: dir.to_path_buf(),
         };
         let end = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(addr).is_err() {
+        while !listens_on(nginx.child.id(), addr.port()) {
             if let Ok(Some(status)) = nginx.child.try_wait() {
-                panic!("nginx exited ({status}): {}", nginx.error_log());
+                let why = format!("nginx exited ({status}): {}", nginx.error_log());
+                // Reaped: no signal to its pid (another process may have it).
+                std::mem::forget(nginx);
+                return Err(why);
             }
             assert!(
                 Instant::now() < end,
@@ -114,7 +173,7 @@ impl Nginx {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        nginx
+        Ok(nginx)
     }
 
     /// nginx's error log so far (the last 4 KiB).

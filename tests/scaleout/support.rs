@@ -5,7 +5,7 @@
 #![allow(dead_code)] // each test uses a part
 
 use crate::client::request;
-use crate::support::{auth, example_bin, free_port, Proc};
+use crate::support::{auth, example_bin, scratch_dir, Proc};
 use bytes::Bytes;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -45,13 +45,7 @@ pub struct Scratch(pub PathBuf);
 
 impl Scratch {
     pub fn new() -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "worker-relay-scaleout-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
+        Scratch(scratch_dir("scaleout"))
     }
 
     /// The relays' tokens file for `tokens`, readable by this user only
@@ -71,8 +65,8 @@ impl Drop for Scratch {
     }
 }
 
-/// Three relay examples on free ports sharing a tokens file of `tokens`
-/// in `scratch`, each with `args` besides; once they listen.
+/// Three relay examples, each on a port of its own, sharing a tokens file
+/// of `tokens` in `scratch`, each with `args` besides; once they listen.
 pub fn three_relays(
     scratch: &Scratch,
     tokens: &[(String, String)],
@@ -82,18 +76,19 @@ pub fn three_relays(
     let mut relays = Vec::new();
     let mut addrs = Vec::new();
     for _ in 0..3 {
-        let port = free_port();
-        relays.push(relay(port, &file, args));
+        let (relay, port) = relay(0, &file, args);
+        relays.push(relay);
         addrs.push(SocketAddr::from(([127, 0, 0, 1], port)));
     }
     (relays, addrs)
 }
 
-/// The relay example on `port`, reading `tokens`, with `args` besides;
-/// once it says it listens (at most 20 s). With `--reuse-port` the port
-/// may already be taken by another relay started so: a connection could
-/// reach that one, so only the log says that this one listens.
-pub fn relay(port: u16, tokens: &Path, args: &[&str]) -> Proc {
+/// The relay example on `port` (0: a port of its own), reading `tokens`,
+/// with `args` besides; returns it and its port once it says it listens
+/// (at most 20 s). With `--reuse-port` the port may already be taken by
+/// another relay started so: a connection could reach that one, so only
+/// the log says that this one listens.
+pub fn relay(port: u16, tokens: &Path, args: &[&str]) -> (Proc, u16) {
     let mut cmd = Command::new(example_bin("relay"));
     cmd.arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
@@ -102,12 +97,8 @@ pub fn relay(port: u16, tokens: &Path, args: &[&str]) -> Proc {
         .args(args)
         .env("RUST_LOG", "info");
     let p = Proc::spawn(cmd);
-    assert!(
-        p.wait_log("listening on", Duration::from_secs(20)),
-        "relay did not start: {}",
-        p.log()
-    );
-    p
+    let port = p.listen_addr().port();
+    (p, port)
 }
 
 /// The status of `GET /w/<id>/health` at `addr` (0: no complete answer
