@@ -249,6 +249,11 @@ async fn run(
         Err(e) => return fail(1, format!("cannot listen on {listen}: {e}")),
     };
     let addr = listener.local_addr().map_or(listen, |a| a.to_string());
+    // The signal handlers before the line that says the relay is up: a
+    // signal sent once a supervisor (or a test) has read it must find them,
+    // not the default action that kills the process.
+    let mut terminate = shutdown::Terminate::install();
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
     let workers: Vec<String> = table.workers().map(|w| w.to_string()).collect();
     let (ws, http) = if tls.is_some() {
         ("wss", "https")
@@ -295,7 +300,7 @@ async fn run(
             return fail(1, format!("cannot listen on {addr} (admin): {e}"));
         }
     }
-    tokio::spawn(reload_on_sighup(gateway.clone(), tokens, tls));
+    tokio::spawn(reload_on_sighup(hup, gateway.clone(), tokens, tls));
     // Callers first, then the workers (the protocol has no "go away"
     // frame). The server stops accepting only when every connection it has
     // accepted has brought its request, and its intake closes once the
@@ -310,7 +315,7 @@ async fn run(
     let mut serving = std::pin::pin!(serving);
     tokio::select! {
         () = &mut serving => return ExitCode::SUCCESS,
-        why = shutdown::terminated() => tracing::info!(
+        why = terminate.recv() => tracing::info!(
             "{why}: draining (no new connections; requests in flight finish, at most {} s; \
              then each worker is closed with 1012)",
             grace.as_secs()
@@ -404,9 +409,13 @@ async fn watch_grace(
 /// On every `SIGHUP`: re-reads the tokens file and, with TLS, the
 /// certificate and key. What cannot be read or parsed is logged and the
 /// old stays.
-async fn reload_on_sighup(gateway: Gateway, tokens: String, tls: Option<ServerTls>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+async fn reload_on_sighup(
+    hup: std::io::Result<tokio::signal::unix::Signal>,
+    gateway: Gateway,
+    tokens: String,
+    tls: Option<ServerTls>,
+) {
+    let Ok(mut hup) = hup else {
         tracing::warn!("cannot listen for SIGHUP: nothing will be reloaded");
         return;
     };

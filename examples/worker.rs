@@ -199,6 +199,8 @@ fn main() -> ExitCode {
     // SIGTERM or Ctrl-C: new requests answered 503, those in flight finish
     // (at most GRACE), then the connection is closed with 1001.
     let code = runtime.block_on(async {
+        // Before anything that logs a readiness line.
+        let terminate = shutdown::Terminate::install();
         if let Some(addr) = admin {
             let started = admin::install().map_err(|e| e.to_string());
             let served = match started {
@@ -214,9 +216,11 @@ fn main() -> ExitCode {
         }
         match upstream {
             Some(upstream) => {
-                worker_app::run_until(opts, upstream.service(), signalled(), GRACE).await
+                worker_app::run_until(opts, upstream.service(), signalled(terminate), GRACE).await
             }
-            None => worker_app::run_until(opts, worker_app::app(), signalled(), GRACE).await,
+            None => {
+                worker_app::run_until(opts, worker_app::app(), signalled(terminate), GRACE).await
+            }
         }
     });
     ExitCode::from(code as u8)
@@ -226,8 +230,8 @@ fn main() -> ExitCode {
 const GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The shutdown signal, logged.
-async fn signalled() {
-    let why = shutdown::terminated().await;
+async fn signalled(mut terminate: shutdown::Terminate) {
+    let why = terminate.recv().await;
     tracing::info!("{why}: draining");
 }
 

@@ -116,3 +116,65 @@ fn a_reload_of_one_worker_says_1_worker() {
     );
     assert!(!relay.log().contains("1 workers"), "{}", relay.log());
 }
+
+/// A supervisor (or a test) that signals the relay as soon as it has read
+/// the `listening on` line finds the handlers there: a `SIGHUP` reloads,
+/// a `SIGTERM` drains (exit 0), neither kills the process with the
+/// default action. The handlers used to be installed after that line, in
+/// a task spawned later.
+#[test]
+fn a_signal_right_after_the_listening_line_is_handled() {
+    use std::io::{BufRead, BufReader};
+    let tokens = tokens_file(&format!("abc {CONNECT_TOKEN}\n"));
+    for round in 0..20 {
+        let mut child = Command::new(example_bin("relay"))
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--tokens")
+            .arg(&tokens)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the relay");
+        let pid = child.id() as i32;
+        let (signal, expect) = if round % 2 == 0 {
+            (libc::SIGHUP, "SIGHUP: reloaded")
+        } else {
+            (libc::SIGTERM, "SIGTERM: draining")
+        };
+        // Read by a thread of its own that hands each line over at once,
+        // so the signal follows the line without a polling delay and every
+        // wait below is bounded.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let wait_for = |needle: &str| loop {
+            match rx.recv_timeout(Duration::from_secs(10)) {
+                Ok(l) if l.contains(needle) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        };
+        assert!(
+            wait_for("listening on"),
+            "round {round}: the relay never said it listens"
+        );
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        // The relay logs the line at once, or dies, which ends the stream.
+        let seen = wait_for(expect);
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        assert!(
+            seen,
+            "round {round}: signal {signal} was not handled (exit {status:?})"
+        );
+    }
+}

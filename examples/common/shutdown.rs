@@ -1,19 +1,40 @@
 //! The examples' shutdown signal.
 
-/// `SIGTERM` or `SIGINT` (Ctrl-C), whichever comes first; says which.
-pub async fn terminated() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).ok();
-    let sigterm = async {
-        match term.as_mut() {
-            Some(t) => {
-                t.recv().await;
-            }
-            None => std::future::pending().await,
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+/// `SIGTERM` or `SIGINT` (Ctrl-C), whichever comes first.
+///
+/// The handlers are installed by [`Terminate::install`], before the
+/// program says it is listening: a signal that came between that line and
+/// the first `await` of [`Terminate::recv`] would otherwise find the
+/// default action and kill the process without its drain.
+pub struct Terminate {
+    term: Option<Signal>,
+    int: Option<Signal>,
+}
+
+impl Terminate {
+    /// Installs both handlers now.
+    pub fn install() -> Self {
+        Terminate {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
         }
-    };
-    tokio::select! {
-        () = sigterm => "SIGTERM",
-        _ = tokio::signal::ctrl_c() => "interrupted",
+    }
+
+    /// Waits for either signal; says which.
+    pub async fn recv(&mut self) -> &'static str {
+        async fn next(s: &mut Option<Signal>) {
+            match s.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = next(&mut self.term) => "SIGTERM",
+            () = next(&mut self.int) => "interrupted",
+        }
     }
 }
