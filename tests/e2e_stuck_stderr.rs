@@ -12,17 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn example_bin(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let bin = dir.join("examples").join(name);
-    assert!(
-        bin.exists(),
-        "{} not built: `cargo build --examples`",
-        bin.display()
-    );
-    bin
-}
+#[path = "support/example_bin.rs"]
+mod example_bin;
+use example_bin::example_bin;
 
 /// Kills the relay when the test ends, however it ends.
 struct Killed(Child);

@@ -35,18 +35,9 @@ const P99_SLACK_MS: f64 = 100.0;
 const BULK_RATIO: f64 = 0.9;
 const MIN_SHARE: f64 = 0.40;
 
-/// An example binary of this build (target/<profile>/examples/<name>).
-fn example_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let bin = dir.join("examples").join(name);
-    assert!(
-        bin.exists(),
-        "{} not built: run `cargo test` (it builds the examples) or `cargo build --examples`",
-        bin.display()
-    );
-    bin
-}
+#[path = "support/example_bin.rs"]
+mod example_bin;
+use example_bin::example_bin;
 
 /// `name` on $PATH or in the sbin directories (where iproute2 lives).
 fn tool(name: &str) -> Option<PathBuf> {

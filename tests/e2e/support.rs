@@ -16,18 +16,9 @@ use worker_relay::server::{serve, ServerConfig};
 pub const CONNECT_TOKEN: &str = "ct-0123456789abcdef0123456789abcdef";
 pub const WORKER_TOKEN: &str = "wt-fedcba9876543210fedcba9876543210";
 
-/// An example binary built by `cargo test` (target/<profile>/examples/<name>).
-pub fn example_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let bin = dir.join("examples").join(name);
-    assert!(
-        bin.exists(),
-        "{} not built: run `cargo test` (it builds the examples)",
-        bin.display()
-    );
-    bin
-}
+#[path = "../support/example_bin.rs"]
+mod example_bin;
+pub use example_bin::example_bin;
 
 /// The socket address right after the first `marker` in `line`
 /// (`listening on 127.0.0.1:4242 (http)` -> `127.0.0.1:4242`).
