@@ -4,8 +4,13 @@
 //! case must pass; and against deliberately broken peers, each of which
 //! must be caught by exactly the case written for its flaw.
 //!
-//! Only 127.0.0.1. The keepalive cases take ~20–40 s each: they are
-//! `#[ignore]`d here (`cargo test --test conformance -- --ignored`).
+//! Only 127.0.0.1. The kit runs its cases on real time against live peers
+//! (holds of 15 s, keepalive periods of 20–45 s), so every test that runs
+//! more than a few of them is in the slow tier, `mod slow` at the end
+//! (`#[ignore]`d; `.ci/slow` runs them: `cargo test --test conformance --
+//! --ignored slow::`); `cargo test` runs the quick ones. The long keepalive
+//! cases (`--long`, ~65 s) stay ignored outside the tier
+//! (`cargo test --test conformance -- --ignored keepalive`).
 
 #[path = "../examples/conformance/cli.rs"]
 #[allow(dead_code)] // the kit's own main uses the rest
@@ -231,56 +236,6 @@ fn example_worker(port: u16, connect_token: Option<&str>) -> tokio::task::JoinHa
 // ---------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relay_mode_every_case_passes_against_the_crates_relay() {
-    let addr = gateway(|r| r).await;
-    let results = run(&relay_config(addr, None)).await;
-    assert_eq!(results.len(), kit::relay_cases().len());
-    // No FAIL. The only WARNs: hyper's header map groups a message's
-    // headers by name (each name's values in order, as HTTP allows), where
-    // the spec says the pairs go in order.
-    let warned_ok = ["relay.request.headers", "relay.response.headers"];
-    assert!(
-        results.iter().all(|r| match r.outcome {
-            Outcome::Pass(_) => true,
-            Outcome::Warn(_) => warned_ok.contains(&r.id),
-            _ => false,
-        }),
-        "every relay case should pass:\n{}",
-        lines(&results)
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_mode_every_case_passes_against_the_crates_worker() {
-    let cfg = worker_config(App::Example, None);
-    let (results, worker) = run_worker(&cfg, |port| example_worker(port, Some(TOKEN))).await;
-    let s = report::summarize(&results);
-    // Skipped: the long keepalive case and the second terminal case.
-    assert_eq!((s.failed, s.skipped), (0, 2), "{}", lines(&results));
-    assert_eq!(
-        s.passed,
-        kit::worker_cases().len() - 2,
-        "{}",
-        lines(&results)
-    );
-    // The final refusal made the worker give up: run() returned 1.
-    let code = tokio::time::timeout(Duration::from_secs(5), worker).await;
-    assert!(
-        matches!(code, Ok(Ok(1))),
-        "the worker should exit with 1 after the 401: {code:?}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_mode_subprotocol_required_passes_against_the_crates_worker() {
-    let cfg = worker_config(App::Example, Some("worker.handshake.subprotocol-required"));
-    let (results, worker) = run_worker(&cfg, |port| example_worker(port, Some(TOKEN))).await;
-    assert_eq!(results.len(), 1);
-    assert_passes(&results, "worker.handshake.subprotocol-required");
-    worker.abort();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long: ~65 s of keepalive (cargo test --test conformance -- --ignored)"]
 async fn worker_mode_keepalive_cases_pass_against_the_crates_worker() {
     let mut cfg = worker_config(App::Example, Some("worker.keepalive"));
@@ -296,160 +251,9 @@ async fn worker_mode_keepalive_cases_pass_against_the_crates_worker() {
 // Mutations: a broken relay is caught by the case meant for its flaw.
 // ---------------------------------------------------------------------------
 
-#[tokio::test]
-async fn a_relay_that_selects_no_subprotocol_fails_the_subprotocol_case() {
-    let addr = fakes::handshake_only_relay(fakes::RelayFlaws {
-        select_protocol: false,
-        check_token: true,
-        ..Default::default()
-    })
-    .await;
-    let results = run(&relay_config(addr, Some("relay.handshake.*"))).await;
-    assert_fails(&results, "relay.handshake.subprotocol");
-    assert_passes(&results, "relay.handshake.bad-token");
-}
-
-#[tokio::test]
-async fn a_relay_that_accepts_any_token_fails_the_token_cases() {
-    let addr = fakes::handshake_only_relay(fakes::RelayFlaws {
-        select_protocol: true,
-        check_token: false,
-        ..Default::default()
-    })
-    .await;
-    let results = run(&relay_config(addr, Some("relay.handshake.*"))).await;
-    assert_passes(&results, "relay.handshake.subprotocol");
-    assert_fails(&results, "relay.handshake.bad-token");
-    assert_fails(&results, "relay.handshake.missing-token");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_that_keeps_the_prefix_fails_the_prefix_case() {
-    // /w/abc/rest reaches the gateway as /w/abc/w/abc/rest: the worker sees /w/abc/rest.
-    let addr = gateway(|mut r| {
-        let t = r
-            .uri()
-            .path_and_query()
-            .map(|p| p.as_str().to_string())
-            .unwrap_or_default();
-        if let Some(rest) = t.strip_prefix("/w/abc") {
-            *r.uri_mut() = format!("/w/abc/w/abc{rest}").parse().unwrap();
-        }
-        r
-    })
-    .await;
-    let results = run(&relay_config(
-        addr.clone(),
-        Some("relay.url.prefix-stripped"),
-    ))
-    .await;
-    assert_fails(&results, "relay.url.prefix-stripped");
-    // Nothing else is broken: the connection's cases pass.
-    let results = run(&relay_config(addr, Some("relay.*.*-token"))).await;
-    assert_passes(&results, "relay.handshake.bad-token");
-    assert_passes(&results, "relay.handshake.missing-token");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_with_flawed_forwarding_is_caught_case_by_case() {
-    use fakes::ForwardFlaw::*;
-    let flaws = [
-        (KeepHopByHop, "relay.headers.hop-by-hop"),
-        (NoAbortOnHangup, "relay.abort.caller-disconnect"),
-        (WholeBodyOneChunk, "relay.framing.content-length"),
-        (CompleteAfterAbort, "relay.abort.worker-after-response"),
-        (DecodeSlash, "relay.url.raw-path-query"),
-        (NoEnd, "relay.framing.get-end"),
-        (CloseOnUnknown, "relay.ignore.unknown-type"),
-        (FailOnStrayId, "relay.ignore.unknown-id"),
-        (OkOnAbort, "relay.abort.worker-before-response"),
-        (TruncateResponse, "relay.body.large-response"),
-    ];
-    // Each flaw against its case, and the same fake without the flaw
-    // (which must pass it), all at once: most of the time is waiting.
-    let checks = flaws.map(|(flaw, case)| async move {
-        let broken = run(&relay_config(
-            fakes::forwarding_relay(flaw).await,
-            Some(case),
-        ))
-        .await;
-        let sound = run(&relay_config(
-            fakes::forwarding_relay(fakes::ForwardFlaw::None).await,
-            Some(case),
-        ))
-        .await;
-        (case, broken, sound)
-    });
-    for (case, broken, sound) in futures_util::future::join_all(checks).await {
-        assert_fails(&broken, case);
-        assert_passes(&sound, case);
-    }
-}
-
-#[tokio::test]
-async fn a_relay_that_never_reads_fails_the_ping_case() {
-    let flaws = fakes::RelayFlaws {
-        select_protocol: true,
-        check_token: true,
-        silent: true,
-        ..Default::default()
-    };
-    let addr = fakes::handshake_only_relay(flaws).await;
-    let results = run(&relay_config(addr, Some("relay.ping.answered"))).await;
-    assert_fails(&results, "relay.ping.answered");
-    let flaws = fakes::RelayFlaws {
-        silent: false,
-        ..flaws
-    };
-    let addr = fakes::handshake_only_relay(flaws).await;
-    let results = run(&relay_config(addr, Some("relay.ping.answered"))).await;
-    assert_passes(&results, "relay.ping.answered");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_forwarding_fakes_built_in_shortcuts_are_caught_too() {
-    // It forwards one stream at a time. (Dropping its callers' connections
-    // when the worker's goes away fails them, as the spec asks: see
-    // relay_mutations.rs.)
-    let addr = fakes::forwarding_relay(fakes::ForwardFlaw::None).await;
-    let results = run(&relay_config(
-        addr.clone(),
-        Some("relay.concurrency.second-stream"),
-    ))
-    .await;
-    assert_fails(&results, "relay.concurrency.second-stream");
-}
-
 // ---------------------------------------------------------------------------
 // Mutations: a broken worker is caught by the case meant for its flaw.
 // ---------------------------------------------------------------------------
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_without_the_token_header_fails_the_token_case() {
-    let cfg = worker_config(App::Example, Some("worker.handshake"));
-    let (results, worker) = run_worker(&cfg, |port| example_worker(port, None)).await;
-    assert_fails(&results, "worker.handshake.token");
-    assert_passes(&results, "worker.handshake.subprotocol");
-    worker.abort();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_without_jitter_fails_the_backoff_case() {
-    use worker_relay::tunnel::Tunnel;
-    let app = axum::Router::new().route("/health", axum::routing::get(|| async { "ok" }));
-    let cfg = worker_config(App::HealthOnly, Some("worker.backoff.jitter"));
-    let (results, worker) = run_worker(&cfg, |port| {
-        let tunnel = Tunnel::new(
-            format!("ws://127.0.0.1:{port}/connect"),
-            Some(Token::new(TOKEN).unwrap()),
-        )
-        .jitter(|| 0.0);
-        tokio::spawn(tunnel.run(app))
-    })
-    .await;
-    assert_fails(&results, "worker.backoff.jitter");
-    worker.abort();
-}
 
 /// The fake worker with `flaws`, dialling a kit that runs `case` alone.
 async fn fake_worker_run(flaws: fakes::WorkerFlaws, case: &str) -> Vec<CaseResult> {
@@ -475,11 +279,6 @@ async fn a_worker_that_buffers_fails_the_16_chunk_case() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_without_a_message_limit_fails_the_1009_case() {
-    fake_worker_fails(fakes::WorkerFlaws::default(), "worker.oversize.1009").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_redials_after_401_fails_the_final_refusal_case() {
     let flaws = fakes::WorkerFlaws {
         redial_after_final: true,
@@ -495,123 +294,6 @@ async fn a_worker_that_answers_after_abort_fails_the_abort_case() {
         ..Default::default()
     };
     fake_worker_fails(flaws, "worker.abort.request").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_offering_no_subprotocol_fails_the_subprotocol_case() {
-    let flaws = fakes::WorkerFlaws {
-        no_protocol: true,
-        ..Default::default()
-    };
-    fake_worker_fails(flaws, "worker.handshake.subprotocol").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_with_31_bit_ids_fails_the_max_id_case() {
-    let flaws = fakes::WorkerFlaws {
-        small_ids: true,
-        ..Default::default()
-    };
-    fake_worker_fails(flaws, "worker.id.max").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_with_flawed_streams_is_caught_case_by_case() {
-    use fakes::WorkerFlaws as F;
-    let d = F::default;
-    let flaws = [
-        (
-            F {
-                no_id_reuse: true,
-                ..d()
-            },
-            "worker.id.reuse",
-        ),
-        (
-            F {
-                serial: true,
-                ..d()
-            },
-            "worker.concurrency.open-stream",
-        ),
-        (
-            F {
-                one_body: true,
-                ..d()
-            },
-            "worker.interleave.echo",
-        ),
-        (
-            F {
-                hold_unread: true,
-                ..d()
-            },
-            "worker.flow.discard-unread",
-        ),
-        (
-            F {
-                abort_before_response: true,
-                ..d()
-            },
-            "worker.app.fail-before",
-        ),
-        (
-            F {
-                end_after_failure: true,
-                ..d()
-            },
-            "worker.app.fail-after",
-        ),
-        (
-            F {
-                close_on_unknown: true,
-                ..d()
-            },
-            "worker.ignore.unknown",
-        ),
-    ];
-    // Each flaw against its case, and the fake without it (which must pass
-    // it), all at once: most of the time is waiting.
-    let checks = flaws.map(|(flaws, case)| async move {
-        let broken = fake_worker_run(flaws, case).await;
-        let sound = fake_worker_run(d(), case).await;
-        (case, broken, sound)
-    });
-    for (case, broken, sound) in futures_util::future::join_all(checks).await {
-        assert_fails(&broken, case);
-        assert_passes(&sound, case);
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_serving_without_a_subprotocol_fails_the_required_case() {
-    let flaws = fakes::WorkerFlaws {
-        no_protocol: true,
-        ..Default::default()
-    };
-    fake_worker_fails(flaws, "worker.handshake.subprotocol-required").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_fake_worker_passes_the_cases_it_is_not_broken_for() {
-    // The control for the fakes: its flaws are only the ones named.
-    let cfg = worker_config(App::HealthOnly, Some("worker.i*"));
-    let (results, worker) = run_worker(&cfg, |port| {
-        tokio::spawn(fakes::worker(
-            format!("ws://127.0.0.1:{port}/connect"),
-            fakes::WorkerFlaws::default(),
-        ))
-    })
-    .await;
-    for id in [
-        "worker.id.max",
-        "worker.id.reuse",
-        "worker.ignore.malformed",
-        "worker.ignore.unknown",
-    ] {
-        assert_passes(&results, id);
-    }
-    worker.abort();
 }
 
 // ---------------------------------------------------------------------------
@@ -752,5 +434,351 @@ fn the_readme_lists_every_case_with_its_section() {
             .unwrap_or_else(|| panic!("README's conformance section has no row for {id}"));
         let heading = sec.trim_start_matches('§').replace('-', " ");
         assert!(row.contains(&format!("| {heading} |")), "{id}: {row}");
+    }
+}
+
+/// The slow tier: `cargo test` skips these (`#[ignore]`, each says why);
+/// `.ci/slow` runs them (`cargo test -- --ignored slow::`).
+mod slow {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn worker_mode_every_case_passes_against_the_crates_worker() {
+        let cfg = worker_config(App::Example, None);
+        let (results, worker) = run_worker(&cfg, |port| example_worker(port, Some(TOKEN))).await;
+        let s = report::summarize(&results);
+        // Skipped: the long keepalive case and the second terminal case.
+        assert_eq!((s.failed, s.skipped), (0, 2), "{}", lines(&results));
+        assert_eq!(
+            s.passed,
+            kit::worker_cases().len() - 2,
+            "{}",
+            lines(&results)
+        );
+        // The final refusal made the worker give up: run() returned 1.
+        let code = tokio::time::timeout(Duration::from_secs(5), worker).await;
+        assert!(
+            matches!(code, Ok(Ok(1))),
+            "the worker should exit with 1 after the 401: {code:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn relay_mode_every_case_passes_against_the_crates_relay() {
+        let addr = gateway(|r| r).await;
+        let results = run(&relay_config(addr, None)).await;
+        assert_eq!(results.len(), kit::relay_cases().len());
+        // No FAIL. The only WARNs: hyper's header map groups a message's
+        // headers by name (each name's values in order, as HTTP allows), where
+        // the spec says the pairs go in order.
+        let warned_ok = ["relay.request.headers", "relay.response.headers"];
+        assert!(
+            results.iter().all(|r| match r.outcome {
+                Outcome::Pass(_) => true,
+                Outcome::Warn(_) => warned_ok.contains(&r.id),
+                _ => false,
+            }),
+            "every relay case should pass:\n{}",
+            lines(&results)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn the_fake_worker_passes_the_cases_it_is_not_broken_for() {
+        // The control for the fakes: its flaws are only the ones named.
+        let cfg = worker_config(App::HealthOnly, Some("worker.i*"));
+        let (results, worker) = run_worker(&cfg, |port| {
+            tokio::spawn(fakes::worker(
+                format!("ws://127.0.0.1:{port}/connect"),
+                fakes::WorkerFlaws::default(),
+            ))
+        })
+        .await;
+        for id in [
+            "worker.id.max",
+            "worker.id.reuse",
+            "worker.ignore.malformed",
+            "worker.ignore.unknown",
+        ] {
+            assert_passes(&results, id);
+        }
+        worker.abort();
+    }
+
+    #[tokio::test]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_relay_that_selects_no_subprotocol_fails_the_subprotocol_case() {
+        let addr = fakes::handshake_only_relay(fakes::RelayFlaws {
+            select_protocol: false,
+            check_token: true,
+            ..Default::default()
+        })
+        .await;
+        let results = run(&relay_config(addr, Some("relay.handshake.*"))).await;
+        assert_fails(&results, "relay.handshake.subprotocol");
+        assert_passes(&results, "relay.handshake.bad-token");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_relay_that_keeps_the_prefix_fails_the_prefix_case() {
+        // /w/abc/rest reaches the gateway as /w/abc/w/abc/rest: the worker sees /w/abc/rest.
+        let addr = gateway(|mut r| {
+            let t = r
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_default();
+            if let Some(rest) = t.strip_prefix("/w/abc") {
+                *r.uri_mut() = format!("/w/abc/w/abc{rest}").parse().unwrap();
+            }
+            r
+        })
+        .await;
+        let results = run(&relay_config(
+            addr.clone(),
+            Some("relay.url.prefix-stripped"),
+        ))
+        .await;
+        assert_fails(&results, "relay.url.prefix-stripped");
+        // Nothing else is broken: the connection's cases pass.
+        let results = run(&relay_config(addr, Some("relay.*.*-token"))).await;
+        assert_passes(&results, "relay.handshake.bad-token");
+        assert_passes(&results, "relay.handshake.missing-token");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_with_flawed_streams_is_caught_case_by_case() {
+        use fakes::WorkerFlaws as F;
+        let d = F::default;
+        let flaws = [
+            (
+                F {
+                    no_id_reuse: true,
+                    ..d()
+                },
+                "worker.id.reuse",
+            ),
+            (
+                F {
+                    serial: true,
+                    ..d()
+                },
+                "worker.concurrency.open-stream",
+            ),
+            (
+                F {
+                    one_body: true,
+                    ..d()
+                },
+                "worker.interleave.echo",
+            ),
+            (
+                F {
+                    hold_unread: true,
+                    ..d()
+                },
+                "worker.flow.discard-unread",
+            ),
+            (
+                F {
+                    abort_before_response: true,
+                    ..d()
+                },
+                "worker.app.fail-before",
+            ),
+            (
+                F {
+                    end_after_failure: true,
+                    ..d()
+                },
+                "worker.app.fail-after",
+            ),
+            (
+                F {
+                    close_on_unknown: true,
+                    ..d()
+                },
+                "worker.ignore.unknown",
+            ),
+        ];
+        // Each flaw against its case, and the fake without it (which must pass
+        // it), all at once: most of the time is waiting.
+        let checks = flaws.map(|(flaws, case)| async move {
+            let broken = fake_worker_run(flaws, case).await;
+            let sound = fake_worker_run(d(), case).await;
+            (case, broken, sound)
+        });
+        for (case, broken, sound) in futures_util::future::join_all(checks).await {
+            assert_fails(&broken, case);
+            assert_passes(&sound, case);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_offering_no_subprotocol_fails_the_subprotocol_case() {
+        let flaws = fakes::WorkerFlaws {
+            no_protocol: true,
+            ..Default::default()
+        };
+        fake_worker_fails(flaws, "worker.handshake.subprotocol").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_serving_without_a_subprotocol_fails_the_required_case() {
+        let flaws = fakes::WorkerFlaws {
+            no_protocol: true,
+            ..Default::default()
+        };
+        fake_worker_fails(flaws, "worker.handshake.subprotocol-required").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_relay_with_flawed_forwarding_is_caught_case_by_case() {
+        use fakes::ForwardFlaw::*;
+        let flaws = [
+            (KeepHopByHop, "relay.headers.hop-by-hop"),
+            (NoAbortOnHangup, "relay.abort.caller-disconnect"),
+            (WholeBodyOneChunk, "relay.framing.content-length"),
+            (CompleteAfterAbort, "relay.abort.worker-after-response"),
+            (DecodeSlash, "relay.url.raw-path-query"),
+            (NoEnd, "relay.framing.get-end"),
+            (CloseOnUnknown, "relay.ignore.unknown-type"),
+            (FailOnStrayId, "relay.ignore.unknown-id"),
+            (OkOnAbort, "relay.abort.worker-before-response"),
+            (TruncateResponse, "relay.body.large-response"),
+        ];
+        // Each flaw against its case, and the same fake without the flaw
+        // (which must pass it), all at once: most of the time is waiting.
+        let checks = flaws.map(|(flaw, case)| async move {
+            let broken = run(&relay_config(
+                fakes::forwarding_relay(flaw).await,
+                Some(case),
+            ))
+            .await;
+            let sound = run(&relay_config(
+                fakes::forwarding_relay(fakes::ForwardFlaw::None).await,
+                Some(case),
+            ))
+            .await;
+            (case, broken, sound)
+        });
+        for (case, broken, sound) in futures_util::future::join_all(checks).await {
+            assert_fails(&broken, case);
+            assert_passes(&sound, case);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn the_forwarding_fakes_built_in_shortcuts_are_caught_too() {
+        // It forwards one stream at a time. (Dropping its callers' connections
+        // when the worker's goes away fails them, as the spec asks: see
+        // relay_mutations.rs.)
+        let addr = fakes::forwarding_relay(fakes::ForwardFlaw::None).await;
+        let results = run(&relay_config(
+            addr.clone(),
+            Some("relay.concurrency.second-stream"),
+        ))
+        .await;
+        assert_fails(&results, "relay.concurrency.second-stream");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_without_a_message_limit_fails_the_1009_case() {
+        fake_worker_fails(fakes::WorkerFlaws::default(), "worker.oversize.1009").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_with_31_bit_ids_fails_the_max_id_case() {
+        let flaws = fakes::WorkerFlaws {
+            small_ids: true,
+            ..Default::default()
+        };
+        fake_worker_fails(flaws, "worker.id.max").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_without_jitter_fails_the_backoff_case() {
+        use worker_relay::tunnel::Tunnel;
+        let app = axum::Router::new().route("/health", axum::routing::get(|| async { "ok" }));
+        let cfg = worker_config(App::HealthOnly, Some("worker.backoff.jitter"));
+        let (results, worker) = run_worker(&cfg, |port| {
+            let tunnel = Tunnel::new(
+                format!("ws://127.0.0.1:{port}/connect"),
+                Some(Token::new(TOKEN).unwrap()),
+            )
+            .jitter(|| 0.0);
+            tokio::spawn(tunnel.run(app))
+        })
+        .await;
+        assert_fails(&results, "worker.backoff.jitter");
+        worker.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_without_the_token_header_fails_the_token_case() {
+        let cfg = worker_config(App::Example, Some("worker.handshake"));
+        let (results, worker) = run_worker(&cfg, |port| example_worker(port, None)).await;
+        assert_fails(&results, "worker.handshake.token");
+        assert_passes(&results, "worker.handshake.subprotocol");
+        worker.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn worker_mode_subprotocol_required_passes_against_the_crates_worker() {
+        let cfg = worker_config(App::Example, Some("worker.handshake.subprotocol-required"));
+        let (results, worker) = run_worker(&cfg, |port| example_worker(port, Some(TOKEN))).await;
+        assert_eq!(results.len(), 1);
+        assert_passes(&results, "worker.handshake.subprotocol-required");
+        worker.abort();
+    }
+
+    #[tokio::test]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_relay_that_accepts_any_token_fails_the_token_cases() {
+        let addr = fakes::handshake_only_relay(fakes::RelayFlaws {
+            select_protocol: true,
+            check_token: false,
+            ..Default::default()
+        })
+        .await;
+        let results = run(&relay_config(addr, Some("relay.handshake.*"))).await;
+        assert_passes(&results, "relay.handshake.subprotocol");
+        assert_fails(&results, "relay.handshake.bad-token");
+        assert_fails(&results, "relay.handshake.missing-token");
+    }
+
+    #[tokio::test]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_relay_that_never_reads_fails_the_ping_case() {
+        let flaws = fakes::RelayFlaws {
+            select_protocol: true,
+            check_token: true,
+            silent: true,
+            ..Default::default()
+        };
+        let addr = fakes::handshake_only_relay(flaws).await;
+        let results = run(&relay_config(addr, Some("relay.ping.answered"))).await;
+        assert_fails(&results, "relay.ping.answered");
+        let flaws = fakes::RelayFlaws {
+            silent: false,
+            ..flaws
+        };
+        let addr = fakes::handshake_only_relay(flaws).await;
+        let results = run(&relay_config(addr, Some("relay.ping.answered"))).await;
+        assert_passes(&results, "relay.ping.answered");
     }
 }

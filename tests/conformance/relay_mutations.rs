@@ -27,36 +27,6 @@ async fn broken_and_sound(flaw: ForwardFlaw, case: &str) -> (Vec<CaseResult>, Ve
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_new_relay_flaw_is_caught_by_its_case_and_its_control_passes() {
-    use ForwardFlaw::*;
-    let flaws = [
-        (AllOk, "relay.response.status"),
-        (DropResponseHeaders, "relay.response.headers"),
-        (MergeRequestHeaders, "relay.request.headers"),
-        (Latin1AsUtf8, "relay.request.latin1"),
-        (Latin1AsUtf8, "relay.response.latin1"),
-        (EmptyChunkEnds, "relay.body.empty-chunks"),
-        (NoAbortMidUpload, "relay.abort.caller-mid-upload"),
-        (DieOnGarbage, "relay.robust.random-frames"),
-        (GiveUpAfter5s, "relay.timeout.slow-response"),
-        // Caught through the lenient observer, whatever the case checks.
-        (ChunkOnIdZero, "relay.framing.get-end"),
-    ];
-    // Each check boxed: on one stack, the cases' futures overflow a debug
-    // build's test thread.
-    let checks = flaws.map(|(flaw, case)| {
-        Box::pin(async move {
-            let (broken, sound) = broken_and_sound(flaw, case).await;
-            (case, broken, sound)
-        })
-    });
-    for (case, broken, sound) in futures_util::future::join_all(checks).await {
-        assert_fails(&broken, case);
-        assert_passes(&sound, case);
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunk_on_id_0_is_named_in_the_failure() {
     let (broken, _) =
         broken_and_sound(ForwardFlaw::ChunkOnIdZero, "relay.url.prefix-stripped").await;
@@ -65,66 +35,6 @@ async fn a_chunk_on_id_0_is_named_in_the_failure() {
         matches!(o, Outcome::Fail(t) if t.contains("the relay sent a chunk on id 0")),
         "{o:?}"
     );
-}
-
-/// ~50 s: the kit's worker idles 45 s, pinging every 20 s.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_that_drops_an_idle_worker_fails_the_keepalive_case() {
-    let (broken, sound) = broken_and_sound(ForwardFlaw::DropIdle, "relay.keepalive.idle").await;
-    assert_fails(&broken, "relay.keepalive.idle");
-    assert_passes(&sound, "relay.keepalive.idle");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_the_spec_leaves_open_is_a_warning_not_a_failure() {
-    use ForwardFlaw::*;
-    // Dot segments forwarded as they were on the wire; a prefix match on
-    // the worker id; a worker's older connection kept: the spec says
-    // nothing of them, so the kit recommends and does not fail.
-    let flaws = [
-        (ForwardDotSegments, "relay.url.no-escape"),
-        (PrefixMatch, "relay.url.exact-id"),
-        (PrefixMatchKeep, "relay.url.exact-id"),
-        (KeepOlder, "relay.replace.older-connection"),
-    ];
-    let checks = flaws.map(|(flaw, case)| async move {
-        let (broken, sound) = broken_and_sound(flaw, case).await;
-        (case, broken, sound)
-    });
-    for (case, broken, sound) in futures_util::future::join_all(checks).await {
-        assert_warns(&broken, case);
-        assert_passes(&sound, case);
-    }
-    // A plain GET of the connect path answered 200.
-    let flaws = fakes::RelayFlaws {
-        select_protocol: true,
-        check_token: true,
-        accept_plain_get: true,
-        ..Default::default()
-    };
-    let addr = fakes::handshake_only_relay(flaws).await;
-    let results = run(&relay_config(addr, Some("relay.handshake.non-upgrade"))).await;
-    assert_warns(&results, "relay.handshake.non-upgrade");
-    // A request lost with the worker's connection, failed by closing the
-    // caller's connection instead of a 502: failed, as the spec asks.
-    let addr = fakes::forwarding_relay(None).await;
-    let results = run(&relay_config(addr, Some("relay.lost.before-response"))).await;
-    assert_passes(&results, "relay.lost.before-response");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fault_fails_its_own_case_and_not_the_next_ones() {
-    // The fake wedges the worker connection on a frame of an unknown type
-    // (it holds the socket, reading nothing). The case for that fails; the
-    // next cases start on a fresh connection the kit proved routed, and pass.
-    let addr = fakes::forwarding_relay(ForwardFlaw::WedgeOnUnknown).await;
-    let results = run(&relay_config(addr, Some("relay.ignore.*"))).await;
-    eprintln!("{}", lines(&results));
-    assert_fails(&results, "relay.ignore.unknown-type");
-    assert_passes(&results, "relay.ignore.unknown-id");
-    let addr = fakes::forwarding_relay(ForwardFlaw::WedgeOnUnknown).await;
-    let results = run(&relay_config(addr, Some("relay.*-end"))).await;
-    assert_passes(&results, "relay.framing.get-end");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,4 +108,104 @@ async fn a_relay_desynchronised_by_a_workers_content_length_is_warned_not_failed
     let (broken, sound) = broken_and_sound(ForwardFlaw::DesyncOnMismatch, case).await;
     assert_warns(&broken, case);
     assert_passes(&sound, case);
+}
+
+/// The slow tier: `cargo test` skips these (`#[ignore]`, each says why);
+/// `.ci/slow` runs them (`cargo test -- --ignored slow::`).
+mod slow {
+    use super::*;
+
+    /// ~50 s: the kit's worker idles 45 s, pinging every 20 s.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_relay_that_drops_an_idle_worker_fails_the_keepalive_case() {
+        let (broken, sound) = broken_and_sound(ForwardFlaw::DropIdle, "relay.keepalive.idle").await;
+        assert_fails(&broken, "relay.keepalive.idle");
+        assert_passes(&sound, "relay.keepalive.idle");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn each_new_relay_flaw_is_caught_by_its_case_and_its_control_passes() {
+        use ForwardFlaw::*;
+        let flaws = [
+            (AllOk, "relay.response.status"),
+            (DropResponseHeaders, "relay.response.headers"),
+            (MergeRequestHeaders, "relay.request.headers"),
+            (Latin1AsUtf8, "relay.request.latin1"),
+            (Latin1AsUtf8, "relay.response.latin1"),
+            (EmptyChunkEnds, "relay.body.empty-chunks"),
+            (NoAbortMidUpload, "relay.abort.caller-mid-upload"),
+            (DieOnGarbage, "relay.robust.random-frames"),
+            (GiveUpAfter5s, "relay.timeout.slow-response"),
+            // Caught through the lenient observer, whatever the case checks.
+            (ChunkOnIdZero, "relay.framing.get-end"),
+        ];
+        // Each check boxed: on one stack, the cases' futures overflow a debug
+        // build's test thread.
+        let checks = flaws.map(|(flaw, case)| {
+            Box::pin(async move {
+                let (broken, sound) = broken_and_sound(flaw, case).await;
+                (case, broken, sound)
+            })
+        });
+        for (case, broken, sound) in futures_util::future::join_all(checks).await {
+            assert_fails(&broken, case);
+            assert_passes(&sound, case);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_fault_fails_its_own_case_and_not_the_next_ones() {
+        // The fake wedges the worker connection on a frame of an unknown type
+        // (it holds the socket, reading nothing). The case for that fails; the
+        // next cases start on a fresh connection the kit proved routed, and pass.
+        let addr = fakes::forwarding_relay(ForwardFlaw::WedgeOnUnknown).await;
+        let results = run(&relay_config(addr, Some("relay.ignore.*"))).await;
+        eprintln!("{}", lines(&results));
+        assert_fails(&results, "relay.ignore.unknown-type");
+        assert_passes(&results, "relay.ignore.unknown-id");
+        let addr = fakes::forwarding_relay(ForwardFlaw::WedgeOnUnknown).await;
+        let results = run(&relay_config(addr, Some("relay.*-end"))).await;
+        assert_passes(&results, "relay.framing.get-end");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn what_the_spec_leaves_open_is_a_warning_not_a_failure() {
+        use ForwardFlaw::*;
+        // Dot segments forwarded as they were on the wire; a prefix match on
+        // the worker id; a worker's older connection kept: the spec says
+        // nothing of them, so the kit recommends and does not fail.
+        let flaws = [
+            (ForwardDotSegments, "relay.url.no-escape"),
+            (PrefixMatch, "relay.url.exact-id"),
+            (PrefixMatchKeep, "relay.url.exact-id"),
+            (KeepOlder, "relay.replace.older-connection"),
+        ];
+        let checks = flaws.map(|(flaw, case)| async move {
+            let (broken, sound) = broken_and_sound(flaw, case).await;
+            (case, broken, sound)
+        });
+        for (case, broken, sound) in futures_util::future::join_all(checks).await {
+            assert_warns(&broken, case);
+            assert_passes(&sound, case);
+        }
+        // A plain GET of the connect path answered 200.
+        let flaws = fakes::RelayFlaws {
+            select_protocol: true,
+            check_token: true,
+            accept_plain_get: true,
+            ..Default::default()
+        };
+        let addr = fakes::handshake_only_relay(flaws).await;
+        let results = run(&relay_config(addr, Some("relay.handshake.non-upgrade"))).await;
+        assert_warns(&results, "relay.handshake.non-upgrade");
+        // A request lost with the worker's connection, failed by closing the
+        // caller's connection instead of a 502: failed, as the spec asks.
+        let addr = fakes::forwarding_relay(None).await;
+        let results = run(&relay_config(addr, Some("relay.lost.before-response"))).await;
+        assert_passes(&results, "relay.lost.before-response");
+    }
 }

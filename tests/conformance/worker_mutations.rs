@@ -103,31 +103,6 @@ async fn a_content_length_that_disagrees_with_the_body_fails_the_case_that_saw_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_closing_every_20_s_despite_pongs_fails_the_pong_case() {
-    // ~45 s: the control holds the connection for 40 s.
-    caught_with_control(
-        F {
-            close_every_20s: true,
-            ..d()
-        },
-        "worker.idle.pongs",
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_that_stops_answering_after_garbage_fails_the_random_frames_case() {
-    caught_with_control(
-        F {
-            wedge_on_garbage: true,
-            ..d()
-        },
-        "worker.robust.random-frames",
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_on_garbage_is_a_warning_closing_on_unknown_types_a_failure() {
     let close = F {
         close_on_malformed: true,
@@ -167,27 +142,6 @@ async fn fake_worker_run_without_token(flaws: F, case: &str) -> Vec<CaseResult> 
     .await;
     worker.abort();
     results
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_discard_case_runs_without_a_worker_token() {
-    let case = "worker.flow.discard-unread";
-    let hold = F {
-        hold_unread: true,
-        ..d()
-    };
-    let (broken, sound) = futures_util::future::join(
-        fake_worker_run_without_token(hold, case),
-        fake_worker_run_without_token(d(), case),
-    )
-    .await;
-    assert_fails(&broken, case);
-    assert_passes(&sound, case);
-    assert!(
-        outcome(&sound, case).text().contains("404 before its body"),
-        "{}",
-        lines(&sound)
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,46 +194,6 @@ async fn an_app_without_the_slow_sink_and_sleep_skips_the_16_chunk_case() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wedged_worker_fails_its_own_case_and_not_the_next() {
-    // The fake stops answering after the barrage; before the next case the
-    // kit finds /health unanswered, hangs up and takes the worker's redial.
-    use crate::worker_ctx::{Answer, WorkerCtx};
-    let crate::cli::Mode::Worker(t) = crate::worker_config(App::Example, None).mode else {
-        unreachable!()
-    };
-    let mut ctx = WorkerCtx::bind(t).await.unwrap();
-    let port = ctx.listener.local_addr().unwrap().port();
-    let worker = tokio::spawn(fakes::worker(
-        format!("ws://127.0.0.1:{port}/connect"),
-        F {
-            wedge_on_garbage: true,
-            ..d()
-        },
-    ));
-    let (s, hs) = ctx
-        .next_dial(std::time::Duration::from_secs(30))
-        .await
-        .unwrap();
-    ctx.first = Some(hs.clone());
-    ctx.conn = ctx.answer(s, &hs, Answer::Accept).await.unwrap();
-    let order = [
-        "worker.robust.random-frames",
-        "worker.request.health",
-        "worker.id.max",
-    ];
-    let mut all = crate::kit::worker_cases();
-    let cases: Vec<_> = order
-        .iter()
-        .map(|id| all.remove(all.iter().position(|c| c.id == *id).unwrap()))
-        .collect();
-    let results = crate::runner::run(&cases, &mut ctx, &Default::default(), |_| {}).await;
-    assert_fails(&results, "worker.robust.random-frames");
-    assert_passes(&results, "worker.request.health");
-    assert_passes(&results, "worker.id.max");
-    worker.abort();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_refusing_a_full_chunk_fails_the_exact_limit_case() {
     let flaws = F {
         limit_one_short: true,
@@ -288,29 +202,128 @@ async fn a_worker_refusing_a_full_chunk_fails_the_exact_limit_case() {
     caught_with_control(flaws, "worker.oversize.exact-limit").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_whose_delay_survives_a_handshake_fails_the_reset_case() {
-    let flaws = F {
-        no_backoff_reset: true,
-        ..d()
-    };
-    caught_with_control(flaws, "worker.backoff.reset").await;
-}
+/// The slow tier: `cargo test` skips these (`#[ignore]`, each says why);
+/// `.ci/slow` runs them (`cargo test -- --ignored slow::`).
+mod slow {
+    use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_that_never_checks_for_pongs_fails_the_no_pong_case() {
-    // The fake pings every 10 s and never misses a pong: a relay that stops
-    // answering keeps it connected. (The crate's worker passes the case:
-    // worker_mode_every_case_passes_against_the_crates_worker.)
-    let case = "worker.keepalive.no-pong";
-    let results = fake_worker_run(d(), case).await;
-    assert_fails(&results, case);
-}
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_that_never_checks_for_pongs_fails_the_no_pong_case() {
+        // The fake pings every 10 s and never misses a pong: a relay that stops
+        // answering keeps it connected. (The crate's worker passes the case:
+        // worker_mode_every_case_passes_against_the_crates_worker.)
+        let case = "worker.keepalive.no-pong";
+        let results = fake_worker_run(d(), case).await;
+        assert_fails(&results, case);
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_without_a_message_limit_fails_the_text_1009_case() {
-    // The fake has no message limit at all; the crate's worker passes
-    // (worker_mode_every_case_passes_against_the_crates_worker).
-    let case = "worker.oversize.text-1009";
-    assert_fails(&fake_worker_run(d(), case).await, case);
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_closing_every_20_s_despite_pongs_fails_the_pong_case() {
+        // ~45 s: the control holds the connection for 40 s.
+        caught_with_control(
+            F {
+                close_every_20s: true,
+                ..d()
+            },
+            "worker.idle.pongs",
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn the_discard_case_runs_without_a_worker_token() {
+        let case = "worker.flow.discard-unread";
+        let hold = F {
+            hold_unread: true,
+            ..d()
+        };
+        let (broken, sound) = futures_util::future::join(
+            fake_worker_run_without_token(hold, case),
+            fake_worker_run_without_token(d(), case),
+        )
+        .await;
+        assert_fails(&broken, case);
+        assert_passes(&sound, case);
+        assert!(
+            outcome(&sound, case).text().contains("404 before its body"),
+            "{}",
+            lines(&sound)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_wedged_worker_fails_its_own_case_and_not_the_next() {
+        // The fake stops answering after the barrage; before the next case the
+        // kit finds /health unanswered, hangs up and takes the worker's redial.
+        use crate::worker_ctx::{Answer, WorkerCtx};
+        let crate::cli::Mode::Worker(t) = crate::worker_config(App::Example, None).mode else {
+            unreachable!()
+        };
+        let mut ctx = WorkerCtx::bind(t).await.unwrap();
+        let port = ctx.listener.local_addr().unwrap().port();
+        let worker = tokio::spawn(fakes::worker(
+            format!("ws://127.0.0.1:{port}/connect"),
+            F {
+                wedge_on_garbage: true,
+                ..d()
+            },
+        ));
+        let (s, hs) = ctx
+            .next_dial(std::time::Duration::from_secs(30))
+            .await
+            .unwrap();
+        ctx.first = Some(hs.clone());
+        ctx.conn = ctx.answer(s, &hs, Answer::Accept).await.unwrap();
+        let order = [
+            "worker.robust.random-frames",
+            "worker.request.health",
+            "worker.id.max",
+        ];
+        let mut all = crate::kit::worker_cases();
+        let cases: Vec<_> = order
+            .iter()
+            .map(|id| all.remove(all.iter().position(|c| c.id == *id).unwrap()))
+            .collect();
+        let results = crate::runner::run(&cases, &mut ctx, &Default::default(), |_| {}).await;
+        assert_fails(&results, "worker.robust.random-frames");
+        assert_passes(&results, "worker.request.health");
+        assert_passes(&results, "worker.id.max");
+        worker.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_that_stops_answering_after_garbage_fails_the_random_frames_case() {
+        caught_with_control(
+            F {
+                wedge_on_garbage: true,
+                ..d()
+            },
+            "worker.robust.random-frames",
+        )
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_without_a_message_limit_fails_the_text_1009_case() {
+        // The fake has no message limit at all; the crate's worker passes
+        // (worker_mode_every_case_passes_against_the_crates_worker).
+        let case = "worker.oversize.text-1009";
+        assert_fails(&fake_worker_run(d(), case).await, case);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
+    async fn a_worker_whose_delay_survives_a_handshake_fails_the_reset_case() {
+        let flaws = F {
+            no_backoff_reset: true,
+            ..d()
+        };
+        caught_with_control(flaws, "worker.backoff.reset").await;
+    }
 }
