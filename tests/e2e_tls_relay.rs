@@ -116,46 +116,6 @@ fn uri(port: u16, h2: bool, path: &str) -> String {
     }
 }
 
-/// 200 MiB each way (an echo) through the TLS relay and the `wss://`
-/// worker, for a caller over HTTP/1.1 and one over HTTP/2.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn https_callers_over_http1_and_http2_200_mib_each_way() {
-    let s = TlsStack::start();
-    const N: u64 = 200 << 20;
-    for h2 in [false, true] {
-        let mut sender = https(s.addr(), &s.ca_pem(), h2).await;
-        let req = Request::post(uri(s.port, h2, "/w/abc/echo"))
-            .header("host", format!("localhost:{}", s.port))
-            .header("authorization", format!("Bearer {WORKER_TOKEN}"))
-            .body(pattern_body(N))
-            .unwrap();
-        let started = Instant::now();
-        let echoed = tokio::time::timeout(Duration::from_secs(240), async {
-            let resp = sender.send(req).await.unwrap();
-            assert_eq!(resp.status(), StatusCode::OK);
-            check_pattern(resp).await
-        })
-        .await
-        .unwrap_or_else(|_| panic!("h2={h2}: no full echo within 240 s"));
-        assert_eq!(echoed, N, "h2={h2}");
-        eprintln!(
-            "e2e_tls: 200 MiB each way over {} in {:.1} s",
-            if h2 { "HTTP/2" } else { "HTTP/1.1" },
-            started.elapsed().as_secs_f64()
-        );
-        // And a download alone.
-        let req = Request::get(uri(s.port, h2, &format!("/w/abc/bytes?n={}", 8 << 20)))
-            .header("host", format!("localhost:{}", s.port))
-            .header("authorization", format!("Bearer {WORKER_TOKEN}"))
-            .body(empty())
-            .unwrap();
-        let resp = sender.send(req).await.unwrap();
-        assert_eq!(resp.status(), StatusCode::OK);
-        assert_eq!(check_pattern(resp).await, 8 << 20);
-    }
-    assert!(!s.worker.log().contains(CONNECT_TOKEN));
-}
-
 /// `SIGHUP` makes the relay re-read its certificate: the next handshake
 /// gets the new one, the worker's connection goes on, and a file that
 /// cannot be served leaves the certificate as it was.
@@ -327,4 +287,51 @@ async fn a_silent_tls_client_is_closed_at_the_header_timeout() {
         .unwrap_or(0);
     assert_eq!(n, 0);
     assert!(started.elapsed() >= Duration::from_millis(200));
+}
+
+/// The slow tier: `cargo test` skips these (`#[ignore]`, each says why);
+/// `.ci/slow` runs them (`cargo test -- --ignored slow::`).
+mod slow {
+    use super::*;
+
+    /// 200 MiB each way (an echo) through the TLS relay and the `wss://`
+    /// worker, for a caller over HTTP/1.1 and one over HTTP/2.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "slow: 200 MiB each way over TLS, HTTP/1.1 and HTTP/2: bulk, bound by throughput"]
+    async fn https_callers_over_http1_and_http2_200_mib_each_way() {
+        let s = TlsStack::start();
+        const N: u64 = 200 << 20;
+        for h2 in [false, true] {
+            let mut sender = https(s.addr(), &s.ca_pem(), h2).await;
+            let req = Request::post(uri(s.port, h2, "/w/abc/echo"))
+                .header("host", format!("localhost:{}", s.port))
+                .header("authorization", format!("Bearer {WORKER_TOKEN}"))
+                .body(pattern_body(N))
+                .unwrap();
+            let started = Instant::now();
+            let echoed = tokio::time::timeout(Duration::from_secs(240), async {
+                let resp = sender.send(req).await.unwrap();
+                assert_eq!(resp.status(), StatusCode::OK);
+                check_pattern(resp).await
+            })
+            .await
+            .unwrap_or_else(|_| panic!("h2={h2}: no full echo within 240 s"));
+            assert_eq!(echoed, N, "h2={h2}");
+            eprintln!(
+                "e2e_tls: 200 MiB each way over {} in {:.1} s",
+                if h2 { "HTTP/2" } else { "HTTP/1.1" },
+                started.elapsed().as_secs_f64()
+            );
+            // And a download alone.
+            let req = Request::get(uri(s.port, h2, &format!("/w/abc/bytes?n={}", 8 << 20)))
+                .header("host", format!("localhost:{}", s.port))
+                .header("authorization", format!("Bearer {WORKER_TOKEN}"))
+                .body(empty())
+                .unwrap();
+            let resp = sender.send(req).await.unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            assert_eq!(check_pattern(resp).await, 8 << 20);
+        }
+        assert!(!s.worker.log().contains(CONNECT_TOKEN));
+    }
 }

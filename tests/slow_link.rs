@@ -184,87 +184,99 @@ fn run_harness(relay: &Path, worker: &Path) -> (Option<i32>, String, String) {
     (status.code(), out, err)
 }
 
-#[test]
-fn small_requests_do_not_wait_behind_bulk_bodies_on_a_slow_link() {
-    if let Some(why) = why_skip() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let (relay, worker) = (example_bin("relay"), example_bin("worker"));
-    let (code, out, err) = run_harness(&relay, &worker);
-    eprintln!("{err}");
-    println!("{out}");
-    assert_eq!(
-        code,
-        Some(0),
-        "the harness failed\nstdout:\n{out}\nstderr:\n{err}"
-    );
-    assert!(
-        !out.lines().any(|l| l.starts_with("slow_link: skipped")),
-        "the harness skipped although this machine can run it:\n{out}"
-    );
+/// The slow tier: `cargo test` skips these (`#[ignore]`, each says why);
+/// `.ci/slow` runs them (`cargo test -- --ignored slow::`).
+mod slow {
+    use super::*;
 
-    let results = parse(&out);
-    let find = |path: &str, dir: &str| {
-        results
-            .iter()
-            .find(|r| {
-                r.get("rate").map(String::as_str) == Some("10")
-                    && r.get("path").map(String::as_str) == Some(path)
-                    && r.get("dir").map(String::as_str) == Some(dir)
-            })
-            .unwrap_or_else(|| panic!("no RESULT for path={path} dir={dir}:\n{out}"))
-    };
-
-    let mut broken = Vec::new();
-    for dir in ["download", "upload"] {
-        let (floor, relay) = (find("floor", dir), find("relay", dir));
-        // The floor is the yardstick: if it did not measure, nothing did.
+    #[test]
+    #[ignore = "slow: a real 10 Mbit/s link (tc tbf between network namespaces, as root) and real processes: the point is the wall time on that link"]
+    fn small_requests_do_not_wait_behind_bulk_bodies_on_a_slow_link() {
+        if let Some(why) = why_skip() {
+            // CI runs as root with iproute2: there, not running is a failure.
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run this test, but: {why}"
+            );
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let (relay, worker) = (example_bin("relay"), example_bin("worker"));
+        let (code, out, err) = run_harness(&relay, &worker);
+        eprintln!("{err}");
+        println!("{out}");
+        assert_eq!(
+            code,
+            Some(0),
+            "the harness failed\nstdout:\n{out}\nstderr:\n{err}"
+        );
         assert!(
+            !out.lines().any(|l| l.starts_with("slow_link: skipped")),
+            "the harness skipped although this machine can run it:\n{out}"
+        );
+
+        let results = parse(&out);
+        let find = |path: &str, dir: &str| {
+            results
+                .iter()
+                .find(|r| {
+                    r.get("rate").map(String::as_str) == Some("10")
+                        && r.get("path").map(String::as_str) == Some(path)
+                        && r.get("dir").map(String::as_str) == Some(dir)
+                })
+                .unwrap_or_else(|| panic!("no RESULT for path={path} dir={dir}:\n{out}"))
+        };
+
+        let mut broken = Vec::new();
+        for dir in ["download", "upload"] {
+            let (floor, relay) = (find("floor", dir), find("relay", dir));
+            // The floor is the yardstick: if it did not measure, nothing did.
+            assert!(
             num(floor, "fail") == 0.0 && num(floor, "unrun") == 0.0 && num(floor, "bulk_ok") == 1.0,
             "the floor's {dir} did not measure cleanly (a harness or machine problem): {floor:?}\n{err}"
         );
-        if num(relay, "fail") > 0.0 || num(relay, "unrun") > 0.0 {
-            broken.push(format!(
+            if num(relay, "fail") > 0.0 || num(relay, "unrun") > 0.0 {
+                broken.push(format!(
                 "{dir}: through the relay, {} of 30 probes failed and {} were not run within the probe phase",
                 num(relay, "fail"),
                 num(relay, "unrun")
             ));
-        }
-        if num(relay, "bulk_ok") != 1.0 {
-            broken.push(format!("{dir}: the bulk transfer through the relay failed"));
-        }
-        let (fp, rp) = (num(floor, "p99_ms"), num(relay, "p99_ms"));
-        if rp > fp + P99_SLACK_MS {
-            broken.push(format!(
+            }
+            if num(relay, "bulk_ok") != 1.0 {
+                broken.push(format!("{dir}: the bulk transfer through the relay failed"));
+            }
+            let (fp, rp) = (num(floor, "p99_ms"), num(relay, "p99_ms"));
+            if rp > fp + P99_SLACK_MS {
+                broken.push(format!(
                 "{dir}: /health p99 through the relay {rp} ms > the floor's {fp} ms + {P99_SLACK_MS} ms \
                  (p50 {} ms vs {} ms)",
                 num(relay, "p50_ms"),
                 num(floor, "p50_ms")
             ));
-        }
-        let (fb, rb) = (num(floor, "bulk_mbps"), num(relay, "bulk_mbps"));
-        if rb < BULK_RATIO * fb {
-            broken.push(format!(
+            }
+            let (fb, rb) = (num(floor, "bulk_mbps"), num(relay, "bulk_mbps"));
+            if rb < BULK_RATIO * fb {
+                broken.push(format!(
                 "{dir}: the bulk through the relay {rb} Mbit/s < {BULK_RATIO} x the floor's {fb} Mbit/s"
             ));
+            }
         }
-    }
-    let fair = find("relay", "fair");
-    if num(fair, "ok") != 1.0 {
-        broken.push("fair: a bulk download through the relay failed or ended early".into());
-    }
-    if num(fair, "min_share") < MIN_SHARE {
-        broken.push(format!(
+        let fair = find("relay", "fair");
+        if num(fair, "ok") != 1.0 {
+            broken.push("fair: a bulk download through the relay failed or ended early".into());
+        }
+        if num(fair, "min_share") < MIN_SHARE {
+            broken.push(format!(
             "fair: two downloads through the relay got {} and {} Mbit/s: the smaller share {} < {MIN_SHARE}",
             num(fair, "a_mbps"),
             num(fair, "b_mbps"),
             num(fair, "min_share")
         ));
+        }
+        assert!(
+            broken.is_empty(),
+            "on a 10 Mbit/s link:\n  {}\n\n{out}",
+            broken.join("\n  ")
+        );
     }
-    assert!(
-        broken.is_empty(),
-        "on a 10 Mbit/s link:\n  {}\n\n{out}",
-        broken.join("\n  ")
-    );
 }
