@@ -227,16 +227,19 @@ async fn the_scraped_counters_equal_what_was_done() {
     }
 
     // The access log: one line per request, with its fields, no token.
+    // The relay writes its log on a thread of its own and the test reads
+    // it on another: wait (bounded) for the lines the metrics already count.
+    let lines = OK + NOT_FOUND + ABORTED + UNKNOWN + 1;
+    let end = Instant::now() + Duration::from_secs(20);
+    while relay.log().matches("access worker=").count() < lines && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let log = relay.log();
     let access: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("access worker="))
         .collect();
-    assert_eq!(
-        access.len(),
-        OK + NOT_FOUND + ABORTED + UNKNOWN + 1,
-        "{log}"
-    );
+    assert_eq!(access.len(), lines, "{log}");
     let one = access
         .iter()
         .find(|l| l.contains("path=/w/abc/fail-after"))
