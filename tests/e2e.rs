@@ -25,7 +25,9 @@ async fn bounded<F: std::future::Future>(f: F) -> F::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_through_relay_and_worker() {
     bounded(async {
-        let (addr, _relay) = in_process_stack().await;
+        // A short reconnect wait: `/w/idle/…` below (a known worker that
+        // is not connected) is answered 503 once it has passed.
+        let (addr, _relay) = in_process_stack_waiting(Duration::from_millis(200)).await;
         let a = auth();
         let h = [("authorization", a.as_str())];
 

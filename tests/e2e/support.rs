@@ -245,9 +245,13 @@ pub fn default_config() -> RelayConfig {
 /// A relay as the example runs it (overflow to temporary files), with
 /// `config`, on a fresh port, no worker.
 pub async fn relay_only(config: RelayConfig) -> (SocketAddr, Gateway) {
+    relay_serving(Gateway::builder(token_table()).relay_config(config).build()).await
+}
+
+/// `relay` served on a fresh port.
+async fn relay_serving(relay: Gateway) -> (SocketAddr, Gateway) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let relay = Gateway::builder(token_table()).relay_config(config).build();
     tokio::spawn(serve(listener, relay.service(), ServerConfig::default()));
     (addr, relay)
 }
@@ -255,6 +259,23 @@ pub async fn relay_only(config: RelayConfig) -> (SocketAddr, Gateway) {
 /// [`in_process_stack`] with the relay's connections bounded by `config`.
 pub async fn in_process_stack_with(config: RelayConfig) -> (SocketAddr, Gateway) {
     let (addr, relay) = relay_only(config).await;
+    with_worker(addr, relay).await
+}
+
+/// [`in_process_stack`] whose relay waits at most `wait` for a known worker
+/// that is not connected before it answers 503 (the default: 10 s).
+pub async fn in_process_stack_waiting(wait: Duration) -> (SocketAddr, Gateway) {
+    let relay = Gateway::builder(token_table())
+        .relay_config(default_config())
+        .reconnect_wait(wait)
+        .build();
+    let (addr, relay) = relay_serving(relay).await;
+    with_worker(addr, relay).await
+}
+
+/// The example worker's app in this process, dialling the relay at `addr`;
+/// returns once it is connected.
+async fn with_worker(addr: SocketAddr, relay: Gateway) -> (SocketAddr, Gateway) {
     tokio::spawn(worker_app::run(worker_app::WorkerOptions {
         connect_url: format!("ws://{addr}/connect"),
         connect_token: Some(Token::new(CONNECT_TOKEN).unwrap()),
