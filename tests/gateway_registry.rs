@@ -398,7 +398,12 @@ async fn a_request_whose_head_never_left_goes_to_the_next_connection() {
     drop(frozen);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// On tokio's paused clock: the relay, the tunnel and the second worker are
+// all tasks of the test's one runtime, on loopback sockets, so the clock
+// moves on only when they all wait, straight to the next deadline: the 4 s
+// below take no time, and a tunnel that came back after its first backoff
+// (0.5-1 s) would still be seen.
+#[tokio::test(start_paused = true)]
 async fn a_tunnel_replaced_by_another_process_does_not_take_the_worker_back() {
     use http_body_util::Full;
     use worker_relay::tunnel::{Tunnel, TunnelBody};
