@@ -266,10 +266,11 @@ async fn small_requests_do_not_wait_for_a_slow_store() {
 }
 
 /// A response spilled to a store that works off the connection comes back
-/// whole and in order.
+/// whole and in order (a store slower than the connection, 1 ms an
+/// operation: its operations queue up).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_spilled_off_the_connection_comes_back_in_order() {
-    let store = SlowStore::new(Duration::from_millis(5));
+    let store = SlowStore::new(Duration::from_millis(1));
     let forward = gateway_with(store.clone()).await;
     const N: u64 = 4 << 20;
     let slow = call(&forward, &format!("/w/abc/bytes?{N}")).await;
