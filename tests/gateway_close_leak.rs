@@ -1,7 +1,11 @@
 //! Issue 23: under `axum::serve` with the README's embed (the default
 //! gateway), 50 connections of one worker, each replaced by the next while
 //! it has stopped reading, leave no socket, task or registration behind
-//! once the close deadline (5 s by default) has passed.
+//! once the close deadline has passed (5 s by default; here the default
+//! gateway's settings with a replace grace and a close deadline of 300 ms
+//! each, so that the test does not wait out the defaults: the 5 s a
+//! replaced connection that takes nothing may hold, then the 5 s of its
+//! close).
 //!
 //! Alone in its test binary: it counts the process's sockets and the
 //! runtime's tasks.
@@ -12,17 +16,37 @@ mod support;
 use axum::{routing::get, Router};
 use std::time::{Duration, Instant};
 use support::{backed_up, connected, frozen_worker, open_sockets, upload};
+use worker_relay::proto::{OverflowConfig, RelayConfig};
 use worker_relay::{connect::TokenTable, gateway::Gateway};
 
 const TOKEN: &str = "ct-abc-0123456789abcdef";
+
+/// The close deadline of the gateway's connections (5 s by default).
+const CLOSE_TIMEOUT: Duration = Duration::from_millis(300);
+/// How long a replaced connection may take to finish its streams (30 s by
+/// default, and 5 s for one whose peer has taken nothing): then it is
+/// closed, and the close deadline runs.
+const REPLACE_GRACE: Duration = Duration::from_millis(300);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_replaced_non_reading_connections_leave_nothing_behind() {
     // The README's embed, with the tokens file's text inline; flap damping
     // off, since this test replaces one worker's connection on purpose, 50
-    // times in a row (issue 25's damping would answer 429 from the fourth).
+    // times in a row (issue 25's damping would answer 429 from the fourth);
+    // the default gateway's connection settings (`Gateway::builder`'s),
+    // with short deadlines.
+    let mut overflow = OverflowConfig::default();
+    overflow.memory_per_stream = 256 << 10;
+    overflow.spill_after = Duration::from_millis(1);
+    let relay = RelayConfig::builder()
+        .close_timeout(CLOSE_TIMEOUT)
+        .overflow(Some(overflow))
+        .build()
+        .unwrap();
     let gateway = Gateway::builder(TokenTable::parse(&format!("abc {TOKEN}\n")).unwrap())
         .flap_damping(None)
+        .relay_config(relay)
+        .replace_grace(REPLACE_GRACE)
         .build();
     let app = Router::new()
         .route("/status", get(|| async { "the app's own route" }))

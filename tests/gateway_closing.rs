@@ -34,6 +34,9 @@ async fn relay(policy: DuplicatePolicy) -> (SocketAddr, Gateway) {
     let gateway = Gateway::builder(TokenTable::parse(&format!("abc {TOKEN}\n")).unwrap())
         .relay_config(config)
         .duplicates(policy)
+        // A caller for a worker that is not connected is answered 503 at
+        // once, without waiting (10 s by default) for it to come back.
+        .reconnect_wait(Duration::ZERO)
         .build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

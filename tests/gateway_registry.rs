@@ -244,7 +244,9 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// On tokio's paused clock (see the note on
+// `a_tunnel_replaced_by_another_process_does_not_take_the_worker_back`).
+#[tokio::test(start_paused = true)]
 async fn a_replaced_connection_finishes_its_streams_before_it_is_closed() {
     let (addr, gateway) = relay(DuplicatePolicy::Replace).await;
     let mut news = gateway.subscribe();
@@ -290,7 +292,9 @@ async fn a_replaced_connection_finishes_its_streams_before_it_is_closed() {
     assert_eq!(get(addr, "/x").await, (200, "second".into()));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// On tokio's paused clock (see the note on
+// `a_tunnel_replaced_by_another_process_does_not_take_the_worker_back`).
+#[tokio::test(start_paused = true)]
 async fn a_replaced_connection_that_does_not_finish_is_closed_after_the_grace() {
     let gateway = Gateway::builder(TokenTable::parse("abc ct-abc-0000000000").unwrap())
         .replace_grace(Duration::from_millis(500))
@@ -309,7 +313,7 @@ async fn a_replaced_connection_that_does_not_finish_is_closed_after_the_grace() 
         assert!(Instant::now() < end, "the request did not reach the worker");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let _second = serve_as(addr, "second", Duration::ZERO).await;
     let ended = tokio::time::timeout(Duration::from_secs(5), first)
         .await
@@ -398,7 +402,12 @@ async fn a_request_whose_head_never_left_goes_to_the_next_connection() {
     drop(frozen);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// On tokio's paused clock: the relay, the tunnel and the second worker are
+// all tasks of the test's one runtime, on loopback sockets, so the clock
+// moves on only when they all wait, straight to the next deadline: the 4 s
+// below take no time, and a tunnel that came back after its first backoff
+// (0.5-1 s) would still be seen.
+#[tokio::test(start_paused = true)]
 async fn a_tunnel_replaced_by_another_process_does_not_take_the_worker_back() {
     use http_body_util::Full;
     use worker_relay::tunnel::{Tunnel, TunnelBody};

@@ -189,15 +189,20 @@ async fn presence_news_comes_in_order() {
 /// answers 429 to the newcomers and keeps the serving connection: in 3 s of
 /// 50–100 ms backoffs, a handful of replacements, not dozens, and callers
 /// are answered all along.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+///
+/// On tokio's paused clock: the relay, the two tunnels and the callers are
+/// all tasks of the test's one runtime, on loopback sockets, so the clock
+/// moves on only when they all wait, straight to the next deadline (a
+/// backoff, a caller's 20 ms): the 3 s take no time.
+#[tokio::test(start_paused = true)]
 async fn two_processes_with_one_token_are_damped() {
     let (addr, gateway) = relay(TokenTable::parse(&format!("abc {ABC}")).unwrap()).await;
     let mut news = gateway.subscribe();
     let _one = worker(addr, ABC, "one");
     let _two = worker(addr, ABC, "two");
-    let end = Instant::now() + Duration::from_secs(3);
+    let end = tokio::time::Instant::now() + Duration::from_secs(3);
     let (mut ok, mut failed) = (0, 0);
-    while Instant::now() < end {
+    while tokio::time::Instant::now() < end {
         match status(&gateway, "abc").await {
             200 => ok += 1,
             _ => failed += 1,

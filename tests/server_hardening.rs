@@ -22,6 +22,11 @@ use worker_relay::server::{serve_with_shutdown, CertError, Intake, ServerConfig,
 /// (the bug) reaches it.
 const HANG: Duration = Duration::from_secs(30);
 
+// The tests that wait for time to pass run on tokio's paused clock: the
+// server, the app and the clients are all tasks of the test's one runtime
+// (on loopback sockets), so the clock moves on only when all of them wait,
+// straight to the next deadline.
+
 type Body = Full<Bytes>;
 
 /// Answers "ok"; `/slow` after 1 s; `/held` once `release` says so (and
@@ -90,7 +95,7 @@ async fn get(addr: SocketAddr, path: &str) -> String {
 
 // Item 1: HTTP/2 connections closed for idleness.
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_idle_http2_connection_is_closed_and_a_busy_one_is_not() {
     let (listener, addr) = listener().await;
     let (app, _arrived) = App::new();
@@ -120,7 +125,7 @@ async fn an_idle_http2_connection_is_closed_and_a_busy_one_is_not() {
 
 // Item 4: the drain's arrivals in the library.
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_connection_accepted_just_before_the_stop_gets_its_answer() {
     let (listener, addr) = listener().await;
     let (app, _arrived) = App::new();
@@ -154,7 +159,7 @@ async fn a_connection_accepted_just_before_the_stop_gets_its_answer() {
     assert!(intake.is_closed());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_silent_connection_holds_the_stop_no_longer_than_the_arrival_wait() {
     let (listener, addr) = listener().await;
     let (app, _arrived) = App::new();
@@ -222,7 +227,7 @@ async fn an_endless_header_read_timeout_serves_without_a_panic() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_cap_above_u32_still_waits_for_the_open_connections() {
     let (listener, addr) = listener().await;
     let (app, mut arrived) = App::new();

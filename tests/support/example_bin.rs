@@ -47,6 +47,26 @@ fn build(name: &str) -> PathBuf {
             name,
             "--message-format=json-render-diagnostics",
         ]);
+    // Not the variables cargo sets for this test process (its package's
+    // `CARGO_MANIFEST_DIR` and the like): a dependency's build script that
+    // reads one (ring's reads `CARGO_MANIFEST_DIR`) would see it changed
+    // from the outer `cargo test`'s environment, and the two would rebuild
+    // it, and all that depends on it, in turn at every run (10 s or more).
+    for (key, _) in std::env::vars_os() {
+        let key_str = key.to_string_lossy();
+        if key_str.starts_with("CARGO_PKG_")
+            || key_str.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+            ]
+            .contains(&&*key_str)
+            || ["CARGO_TARGET_TMPDIR", "OUT_DIR"].contains(&&*key_str)
+        {
+            cmd.env_remove(&key);
+        }
+    }
     match profile() {
         Some(p) if p == "debug" => {}
         Some(p) if p == "release" => {
