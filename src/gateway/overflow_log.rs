@@ -6,6 +6,10 @@
 //! Its work runs where the store says, else on tokio's blocking pool: a
 //! slow disk then holds up the slow caller's stream alone, not the worker
 //! connection's lock, driver and threads.
+//!
+//! It also keeps the gauge `worker_relay_overflow_bytes` (feature
+//! `metrics`): the bytes each store holds, appended and not yet read back,
+//! for any store the gateway is given (`rt` records no metrics).
 
 use crate::rt::{Overflow, OverflowFile, OverflowJob};
 use bytes::Bytes;
@@ -18,7 +22,7 @@ pub(super) struct Logged(pub(super) Arc<dyn Overflow>);
 impl Overflow for Logged {
     fn create(&self) -> io::Result<Box<dyn OverflowFile>> {
         match self.0.create() {
-            Ok(file) => Ok(Box::new(LoggedFile(file))),
+            Ok(file) => Ok(Box::new(LoggedFile { file, held: 0 })),
             Err(e) => Err(logged("cannot make a store", e)),
         }
     }
@@ -39,18 +43,49 @@ impl Overflow for Logged {
     }
 }
 
-struct LoggedFile(Box<dyn OverflowFile>);
+/// A store and the bytes it holds (appended, not read back yet).
+struct LoggedFile {
+    file: Box<dyn OverflowFile>,
+    held: u64,
+}
 
 impl OverflowFile for LoggedFile {
     fn append(&mut self, data: Bytes) -> io::Result<()> {
-        self.0
+        let n = data.len() as u64;
+        self.file
             .append(data)
-            .map_err(|e| logged("cannot keep more", e))
+            .map_err(|e| logged("cannot keep more", e))?;
+        self.held += n;
+        gauge(n as i64);
+        Ok(())
     }
 
     fn read(&mut self, max: usize) -> io::Result<Bytes> {
-        self.0.read(max).map_err(|e| logged("cannot read back", e))
+        let data = self
+            .file
+            .read(max)
+            .map_err(|e| logged("cannot read back", e))?;
+        let n = (data.len() as u64).min(self.held);
+        self.held -= n;
+        gauge(-(n as i64));
+        Ok(data)
     }
+}
+
+impl Drop for LoggedFile {
+    fn drop(&mut self) {
+        gauge(-(self.held as i64));
+    }
+}
+
+/// `worker_relay_overflow_bytes` changed by `delta`.
+fn gauge(delta: i64) {
+    #[cfg(feature = "metrics")]
+    if delta != 0 {
+        crate::observe::relay::overflow_bytes(delta);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = delta;
 }
 
 /// An error ends its stream, so each stream logs at most one.

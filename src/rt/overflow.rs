@@ -134,10 +134,7 @@ impl Budget {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
                 held.checked_add(n).filter(|&h| h <= self.limit)
             })
-            .map(|_| {
-                #[cfg(all(feature = "metrics", feature = "gateway"))]
-                crate::observe::relay::overflow_bytes(n as i64);
-            })
+            .map(|_| ())
             .map_err(|_| {
                 io::Error::new(
                     kind,
@@ -149,8 +146,6 @@ impl Budget {
     /// Returns `n` bytes counted by [`take`](Self::take).
     pub(crate) fn give(&self, n: u64) {
         self.held.fetch_sub(n, Ordering::AcqRel);
-        #[cfg(all(feature = "metrics", feature = "gateway"))]
-        crate::observe::relay::overflow_bytes(-(n as i64));
     }
 }
 
