@@ -6,12 +6,14 @@
 //! The only test of this binary: it points `TMPDIR` at a fresh directory
 //! before anything else runs, so the gateway's files can be told apart.
 
+#[path = "support/slow_caller.rs"]
+mod slow_caller;
+
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper_util::rt::TokioIo;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable};
@@ -89,24 +91,10 @@ async fn slow_caller(tmp: &Path) {
         Token::new("ct-abc-0123456789").ok(),
     );
     tokio::spawn(tunnel.run(worker));
-    let end = Instant::now() + Duration::from_secs(20);
-    while !gateway.is_connected("abc") {
-        assert!(Instant::now() < end, "the worker did not connect");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    slow_caller::connected(&gateway, "abc").await;
 
     // A caller that takes the head, then reads nothing for a while.
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = hyper::Request::get("/w/abc/bytes")
-        .header("host", "x")
-        .body(http_body_util::Empty::<Bytes>::new())
-        .unwrap();
-    let resp = sender.send_request(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
+    let resp = slow_caller::head_only(addr, "/w/abc/bytes").await;
     // What the socket buffers do not hold goes to the overflow: on disk.
     let end = Instant::now() + Duration::from_secs(30);
     let mut seen = open_in(tmp);

@@ -8,12 +8,14 @@
 //! The only test of this binary: it installs the process's metrics
 //! recorder.
 
+#[path = "support/slow_caller.rs"]
+mod slow_caller;
+
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::collections::VecDeque;
 use std::io;
@@ -98,25 +100,11 @@ async fn the_gateway_counts_the_bytes_any_store_it_is_given_holds() {
         get(|| async { Body::from(Bytes::from(vec![7u8; N])) }),
     );
     tokio::spawn(Tunnel::new(format!("ws://{addr}/connect"), Token::new(TOKEN).ok()).run(worker));
-    let end = Instant::now() + Duration::from_secs(20);
-    while !gateway.is_connected("abc") {
-        assert!(Instant::now() < end, "the worker did not connect");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    slow_caller::connected(&gateway, "abc").await;
 
     // A caller that takes the head, then reads nothing: what the socket
     // buffers do not hold waits in the store, and the gauge says how much.
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = hyper::Request::get("/w/abc/bytes")
-        .header("host", "x")
-        .body(http_body_util::Empty::<Bytes>::new())
-        .unwrap();
-    let resp = sender.send_request(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
+    let resp = slow_caller::head_only(addr, "/w/abc/bytes").await;
     gauge_until(&metrics, "above 1 MiB", |v| v > (1 << 20) as f64).await;
     assert!(overflow_bytes(&metrics) <= N as f64);
 
