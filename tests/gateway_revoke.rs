@@ -22,6 +22,9 @@ use worker_relay::tunnel::{Tunnel, TunnelBody};
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const ABC: &str = "ct-abc-000000000000";
 
+/// The `/hold` requests the worker's app has received.
+static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// `/hold` never answers; `/stream` answers at once with a body that sends
 /// one piece and then never ends.
 async fn app(req: Request<TunnelBody>) -> Result<Response<BoxBody<Bytes, BoxError>>, BoxError> {
@@ -32,6 +35,7 @@ async fn app(req: Request<TunnelBody>) -> Result<Response<BoxBody<Bytes, BoxErro
             Ok(Response::new(BodyExt::boxed(body)))
         }
         _ => {
+            HELD.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             std::future::pending::<()>().await;
             unreachable!()
         }
@@ -88,6 +92,13 @@ async fn revoking_a_token_fails_the_workers_requests_in_flight() {
     assert_eq!(first.into_data().unwrap(), "one");
     wait_for("both requests on abc's connection", || {
         gateway.stats("abc").is_some_and(|s| s.streams_open == 2)
+    })
+    .await;
+    // And the held request has reached the worker's app: open on the
+    // relay's side is not yet at the worker. In one CI run the revocation
+    // came first; that request then waited 10 s and was answered 503.
+    wait_for("the held request at the worker", || {
+        HELD.load(std::sync::atomic::Ordering::SeqCst) == 1
     })
     .await;
 
