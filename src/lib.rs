@@ -35,9 +35,8 @@
 //!   HTTP/1.1 and HTTP/2; TLS with feature `rustls`).
 //! - `tunnel` (feature `tunnel`): any `tower` HTTP service served as a
 //!   worker, with the reconnect loop.
-//! - `tower` turns on `gateway`, `server` and `tunnel` (0.1's one feature
-//!   for the three). Each pulls only what it needs: `tunnel` brings no
-//!   hyper, `server` no WebSocket library.
+//! - Each of the three pulls only what it needs: `tunnel` brings no hyper,
+//!   `server` no WebSocket library.
 //! - Metrics (feature `metrics`): `gateway` and `tunnel` record requests,
 //!   statuses, latencies, bytes, stream ends and connections through the
 //!   [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the

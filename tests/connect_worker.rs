@@ -3,10 +3,9 @@
 //! connection is dead, and a final refusal ends the loop.
 
 use std::time::{Duration, Instant};
-use worker_relay::connect::{
-    Backoff, Keepalive, KeepaliveConfig, RetryReason, Token, Verdict, WorkerHandshake,
-};
+use worker_relay::connect::{Backoff, RetryReason, Token, Verdict, WorkerHandshake};
 use worker_relay::frame::{Message, SUBPROTOCOL};
+use worker_relay::proto::{Keepalive, KeepaliveConfig};
 
 /// What the fake relay does with one connection attempt.
 #[derive(Debug, Clone, Copy)]

@@ -283,7 +283,7 @@ async fn a_replaced_connection_finishes_its_streams_before_it_is_closed() {
         Ok(Closed::ByPeer(Some(f))) => {
             assert_eq!(f.code, CloseCode::REPLACED);
             assert_eq!(f.code.0, 4000);
-            assert_eq!(f.reason, worker_relay::gateway::REPLACED);
+            assert_eq!(f.reason, worker_relay::connect::REPLACED);
         }
         other => panic!("{other:?}"),
     }
@@ -325,7 +325,7 @@ async fn a_replaced_connection_that_does_not_finish_is_closed_after_the_grace() 
         started.elapsed()
     );
     assert!(
-        matches!(ended, Ok(Closed::ByPeer(Some(ref f))) if f.reason == worker_relay::gateway::REPLACED),
+        matches!(ended, Ok(Closed::ByPeer(Some(ref f))) if f.reason == worker_relay::connect::REPLACED),
         "{ended:?}"
     );
     // The request that did not finish fails (502), as a lost connection's.

@@ -10,8 +10,8 @@ use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use futures::{SinkExt, StreamExt};
 use std::time::{Duration, Instant};
-use worker_relay::connect::KeepaliveConfig;
 use worker_relay::frame::{CloseCode, Headers, RequestHead, ResponseHead};
+use worker_relay::proto::KeepaliveConfig;
 use worker_relay::proto::{OverflowConfig, RelayConfig, WorkerConfig};
 use worker_relay::rt::{self, BodyError, Closed, DriverError, RelayError};
 

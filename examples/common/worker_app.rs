@@ -18,9 +18,9 @@ use std::time::Duration;
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
 use worker_relay::connect::Token;
-use worker_relay::gateway::BoxError;
 use worker_relay::tunnel::{Tunnel, TunnelBody, TunnelEnd};
 use worker_relay::ws::Dialer;
+use worker_relay::BoxError;
 
 /// What the worker needs to run.
 pub struct WorkerOptions {

@@ -387,7 +387,9 @@ where
 /// case-insensitive, followed by one or more spaces and a token without
 /// whitespace; surrounding whitespace is ignored. A token longer than
 /// [`MAX_PRESENTED_TOKEN`] is refused before it is scanned for whitespace.
-pub(crate) fn bearer_token(value: &str) -> Result<&str, Rejected> {
+/// [`decide_upgrade`] reads the token with it; a relay whose own hook
+/// authorizes a worker from the `Authorization` header does too.
+pub fn bearer_token(value: &str) -> Result<&str, Rejected> {
     let value = value.trim_matches([' ', '\t']);
     let (scheme, rest) = value
         .split_once(' ')

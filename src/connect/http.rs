@@ -5,61 +5,12 @@
 //! (what the worker makes of the relay's answer) and [`decide_upgrade_http`]
 //! (the relay's decision on an upgrade request's `HeaderMap`).
 //!
-//! The conversions of a forwarded request and response moved to
-//! [`forward`] in 0.2; the old names here call them and go
-//! in the next release.
+//! The conversions of a forwarded request and response are in
+//! [`forward`](crate::forward).
 
-use super::{decide_upgrade, Accepted, Rejected, RequestHeaders, TokenTable, UrlMap};
-use super::{Verdict, WorkerId};
-use crate::forward;
-use crate::frame::{latin1_to_string, HeaderError, Headers, RequestHead, ResponseHead};
+use super::{decide_upgrade, Accepted, Rejected, RequestHeaders, TokenTable, Verdict};
+use crate::frame::latin1_to_string;
 use ::http::header::{HeaderMap, HeaderName, HeaderValue};
-use ::http::{request, response};
-
-/// Moved: [`forward::HttpError`].
-#[deprecated(since = "0.2.0", note = "moved to worker_relay::forward::HttpError")]
-pub type HttpError = forward::HttpError;
-
-/// Moved: [`forward::headers_from_map`].
-#[deprecated(since = "0.2.0", note = "moved to worker_relay::forward")]
-pub fn headers_from_map(map: &HeaderMap) -> Result<Headers, HeaderError> {
-    forward::headers_from_map(map)
-}
-
-/// Moved: [`forward::header_map_from_headers`].
-#[deprecated(since = "0.2.0", note = "moved to worker_relay::forward")]
-pub fn header_map_from_headers(headers: &Headers) -> Result<HeaderMap, forward::HttpError> {
-    forward::header_map_from_headers(headers)
-}
-
-/// Moved: [`forward::request_head_from_parts`].
-#[deprecated(since = "0.2.0", note = "moved to worker_relay::forward")]
-pub fn request_head_from_parts(
-    parts: &request::Parts,
-    map: &UrlMap,
-) -> Result<(WorkerId, RequestHead), forward::HttpError> {
-    forward::request_head_from_parts(parts, map)
-}
-
-/// Moved: [`forward::response_builder`].
-#[deprecated(since = "0.2.0", note = "moved to worker_relay::forward")]
-pub fn response_builder(head: &ResponseHead) -> Result<response::Builder, forward::HttpError> {
-    forward::response_builder(head)
-}
-
-/// Moved: [`forward::request_builder`].
-#[deprecated(since = "0.2.0", note = "moved to worker_relay::forward")]
-pub fn request_builder(head: &RequestHead) -> Result<request::Builder, forward::HttpError> {
-    forward::request_builder(head)
-}
-
-/// Moved: [`forward::response_head_from_parts`].
-#[deprecated(since = "0.2.0", note = "moved to worker_relay::forward")]
-pub fn response_head_from_parts(
-    parts: &response::Parts,
-) -> Result<ResponseHead, forward::HttpError> {
-    forward::response_head_from_parts(parts)
-}
 
 impl RequestHeaders {
     /// The worker's upgrade headers as a `HeaderMap`, with `Authorization`
@@ -110,8 +61,10 @@ pub fn decide_upgrade_http(table: &TokenTable, headers: &HeaderMap) -> Result<Ac
 /// borrowed when it is visible ASCII (`HeaderValue::to_str`, where Latin-1
 /// and ASCII agree), decoded only otherwise. Borrowing spares a copy of
 /// every header a stranger's upgrade request brings (decoding 60 KiB takes
-/// about 60 µs; checking it, about 1 µs).
-pub(crate) fn header_text(value: &HeaderValue) -> std::borrow::Cow<'_, str> {
+/// about 60 µs; checking it, about 1 µs). A relay that reads the upgrade
+/// request's headers itself (as this crate's gateway does, before
+/// [`decide_upgrade_at`](super::decide_upgrade_at)) reads them with this.
+pub fn header_text(value: &HeaderValue) -> std::borrow::Cow<'_, str> {
     match value.to_str() {
         Ok(text) => std::borrow::Cow::Borrowed(text),
         Err(_) => std::borrow::Cow::Owned(latin1_to_string(value.as_bytes())),
@@ -121,7 +74,7 @@ pub(crate) fn header_text(value: &HeaderValue) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connect::{Token, WorkerHandshake};
+    use crate::connect::{Token, WorkerHandshake, WorkerId};
     use crate::frame::SUBPROTOCOL;
 
     #[test]

@@ -14,7 +14,7 @@
 //! | [`decide_upgrade_for`], [`ConnectTarget`], [`ConnectRejected`] | relay | the same at a connect URL that names the worker (`/connect/<id>`): 401 for another worker's token |
 //! | [`Token`] | both | the connect token; never shown by `Debug` or `Display`, compared in constant time |
 //! | [`Backoff`] | worker | how long to wait before reconnecting: 1 s doubling to 60 s, with jitter |
-//! | [`Keepalive`] | both | a ping every 20 s; dead if no pong within 20 s (defined in `proto`) |
+//! | [`Keepalive`](crate::proto::Keepalive) | both | a ping every 20 s; dead if no pong within 20 s (defined in `proto`) |
 //! | [`UrlMap`], [`Route`], [`WorkerId`] | relay | `/w/<id>/<path>?<query>` → worker, path and query |
 //! | `connect::http` (feature `http`) | both | the handshake on the `http` crate's types (a forwarded request's conversions are in [`forward`](crate::forward)) |
 //!
@@ -48,7 +48,7 @@
 //! [`Backoff::next_wait`] gives the wait before each reconnect, a random time
 //! in `[delay/2, delay]`; the delay doubles on each consecutive failure up to
 //! 60 s and [`Backoff::reset`] puts it back to 1 s after a successful
-//! handshake. [`Keepalive`] is a small struct a connection state machine
+//! handshake. [`Keepalive`](crate::proto::Keepalive) is a small struct a connection state machine
 //! embeds: `handle_timeout(now)`, `handle_pong(now, payload)`,
 //! `poll_ping()` (send it ahead of body chunks), `poll_timeout()` and
 //! `is_dead()`.
@@ -225,16 +225,11 @@ mod url;
 /// 4000 was given to it sent.
 pub const REPLACED: &str = "replaced by a new connection";
 
-/// The keepalive lives with the state machines that embed it; here for the
-/// worker's connect loop.
-pub use crate::proto::{Keepalive, KeepaliveConfig};
 pub use backoff::{Backoff, BackoffConfig, BackoffConfigBuilder};
 pub use claimed::{decide_upgrade_at, decide_upgrade_for, ConnectRejected, ConnectTarget};
-#[cfg(feature = "gateway")]
-pub(crate) use handshake::bearer_token;
 pub use handshake::{
-    decide_upgrade, Accepted, Refused, Rejected, RequestHeaders, RetryReason, Verdict,
-    WorkerHandshake, AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL, WWW_AUTHENTICATE,
+    bearer_token, decide_upgrade, Accepted, Refused, Rejected, RequestHeaders, RetryReason,
+    Verdict, WorkerHandshake, AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL, WWW_AUTHENTICATE,
 };
 pub use token::{
     Token, TokenError, TokenTable, TokenTableError, MAX_PRESENTED_TOKEN, MIN_TABLE_TOKEN, REDACTED,

@@ -23,7 +23,7 @@ pub struct Presented {
     /// answer must be this worker, or the handshake is refused 401.
     pub target: Option<WorkerId>,
     /// The peer's address, when the server knows it
-    /// ([`PeerAddr`](crate::server::PeerAddr)).
+    /// ([`PeerAddr`](crate::PeerAddr)).
     pub peer: Option<SocketAddr>,
 }
 

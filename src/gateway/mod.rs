@@ -107,8 +107,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// The crate root's [`BoxError`], here for 0.1's imports.
-pub use crate::BoxError;
+use crate::BoxError;
 
 /// The path workers dial by default; `/connect/<id>` names the worker
 /// (checked against its token).
@@ -644,11 +643,6 @@ pub const RECONNECT_WAIT: Duration = Duration::from_secs(10);
 
 /// The close reason of a connection whose token was revoked.
 pub const REVOKED: &str = "token revoked";
-
-/// The close reason of a connection replaced by a newer one of its worker
-/// ([`DuplicatePolicy::Replace`]); defined in [`connect`](crate::connect::REPLACED),
-/// where the worker's side reads it too.
-pub use crate::connect::REPLACED;
 
 impl Inner {
     /// The deadlines of a caller's upload, and of discarding what is left

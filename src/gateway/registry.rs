@@ -35,7 +35,7 @@ pub enum DuplicatePolicy {
     /// requests go to it, the old one finishes the streams it has (for at
     /// most [`GatewayBuilder::replace_grace`](super::GatewayBuilder::replace_grace)) and is then closed with
     /// [`CloseCode::REPLACED`](crate::frame::CloseCode::REPLACED) (4000) and
-    /// [`REPLACED`](super::REPLACED). The default: a restarted worker is
+    /// [`REPLACED`](crate::connect::REPLACED). The default: a restarted worker is
     /// reachable at once, and a redeploy (the new process started, then the
     /// old one stopped) loses no request.
     #[default]
@@ -393,7 +393,7 @@ impl Registry {
 }
 
 /// Closes a replaced connection ([`CloseCode::REPLACED`], 4000,
-/// [`REPLACED`](super::REPLACED)) once
+/// [`REPLACED`](crate::connect::REPLACED)) once
 /// its streams are done and slow callers have taken their responses out of
 /// the overflow store, once `grace` has passed, or once it has taken
 /// nothing of what waits for it for [`STUCK`] (a peer that stopped
@@ -411,7 +411,7 @@ async fn retire(handle: RelayHandle, grace: Duration) {
         let idle = stats.streams_open == 0 && stats.overflow_bytes == 0;
         let stuck = stats.body_queued_out > 0 && now.duration_since(sent.1) >= STUCK;
         if idle || stuck || now.duration_since(start) >= grace {
-            handle.close(CloseCode::REPLACED, super::REPLACED);
+            handle.close(CloseCode::REPLACED, crate::connect::REPLACED);
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -128,20 +128,6 @@ pub use worker::{
     WorkerDriver,
 };
 
-/// 0.1's name of [`IncomingRequest`].
-#[deprecated(
-    since = "0.2.0",
-    note = "renamed `IncomingRequest`: `rt::Request` shadowed `http::Request`"
-)]
-pub type Request = IncomingRequest;
-
-/// 0.1's name of [`WorkerResponse`].
-#[deprecated(
-    since = "0.2.0",
-    note = "renamed `WorkerResponse`: `rt::Response` shadowed `http::Response`"
-)]
-pub type Response = WorkerResponse;
-
 use crate::proto::{FinishError, RelayEnd, WriteError};
 
 /// Why a body stream or sink failed.

@@ -8,7 +8,7 @@
 //!   PEM files, replaced on `ServerTls::reload` for new handshakes while
 //!   open connections go on; the handshake must end within the header-read
 //!   timeout. Workers' WebSocket upgrades work over it (HTTP/1.1).
-//! - **The peer's address** reaches the service as a [`PeerAddr`] request
+//! - **The peer's address** reaches the service as a [`PeerAddr`](crate::PeerAddr) request
 //!   extension (for logs, `X-Forwarded-For`).
 //! - **Accept errors do not end it.** Out of file descriptors (`EMFILE`),
 //!   memory or buffers, it logs, waits (100 ms, doubling to 1 s while the
@@ -61,7 +61,6 @@ mod timed_io;
 mod tls;
 
 pub use config::{Intake, ServerConfig, H2_KEEPALIVE, MAX_CONNECTIONS, MAX_TIMEOUT};
-pub use peer::PeerAddr;
 #[cfg(feature = "rustls")]
 pub use tls::{CertError, ServerTls};
 

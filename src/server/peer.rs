@@ -4,7 +4,7 @@ use http::Request;
 use std::net::SocketAddr;
 use std::task::{Context, Poll};
 
-pub use crate::PeerAddr;
+use crate::PeerAddr;
 
 /// `S` with every request marked with its connection's peer address.
 #[derive(Clone)]
