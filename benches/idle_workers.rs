@@ -49,7 +49,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use worker_relay::connect::{Token, WorkerHandshake};
 use worker_relay::proto::WorkerConfig;
-use worker_relay::{tunnel, ws};
+use worker_relay_hyper::{tunnel, ws};
 
 /// Connections opened at once: below the relay's listen backlog (128, the
 /// tokio/std default), which a larger burst overflows (those SYNs are

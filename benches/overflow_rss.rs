@@ -56,7 +56,7 @@ fn main() -> ExitCode {
 #[tokio::main]
 async fn relay() -> Result<(), Box<dyn std::error::Error>> {
     use axum::{routing::get, Router};
-    use worker_relay::{connect::TokenTable, gateway::Gateway};
+    use worker_relay_hyper::{gateway::Gateway, worker_relay::connect::TokenTable};
 
     let listen = std::env::var("OVERFLOW_RSS_LISTEN")?;
     let gateway = Gateway::new(TokenTable::parse(&std::fs::read_to_string("tokens.txt")?)?);

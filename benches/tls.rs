@@ -42,9 +42,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::{Conn, WORKER};
 use worker_relay::connect::{Token, TokenTable, WorkerHandshake, WorkerId};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{ServerConfig, ServerTls};
-use worker_relay::ws::Dialer;
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{ServerConfig, ServerTls};
+use worker_relay_hyper::ws::Dialer;
 
 const GIB: u64 = 1 << 30;
 const HANDSHAKE_WORKERS: usize = 1000;
@@ -67,7 +67,7 @@ async fn start(files: &tls::TlsFiles) -> Stack {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let relay_addr = listener.local_addr().unwrap();
     let gateway = Gateway::new(tokens);
-    tokio::spawn(worker_relay::server::serve(
+    tokio::spawn(worker_relay_hyper::server::serve(
         listener,
         gateway.service(),
         ServerConfig::default().tls(server_tls.clone()),

@@ -15,8 +15,8 @@ mod worker_app;
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable, WorkerId};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
 
 fn random_token() -> String {
     use std::hash::{BuildHasher, Hasher};

@@ -8,7 +8,7 @@
 //! `ws://127.0.0.1:8080/connect` (or `/connect/<id>`, behind a balancer);
 //! worker `<id>` is served at `http://127.0.0.1:8080/w/<id>/…`. Slow
 //! callers' responses overflow to unlinked temporary files in `$TMPDIR`
-//! (the gateway's default, `rt::TempFileOverflow`: 8 GiB for all workers;
+//! (the gateway's default, `TempFileOverflow`: 8 GiB for all workers;
 //! `--overflow-budget BYTES` changes that bound, and 0 keeps nothing on
 //! disk: a caller reading more slowly than its worker sends then pauses
 //! reading from that worker, for at most 10 s at a time, as nginx's
@@ -77,10 +77,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use worker_relay::connect::TokenTable;
 use worker_relay::frame::CloseCode;
-use worker_relay::gateway::{Gateway, CONNECT_PATH};
 use worker_relay::proto::{OverflowConfig, RelayConfig};
-use worker_relay::rt::TempFileOverflow;
-use worker_relay::server::{serve_with_shutdown, Intake, ServerConfig, ServerTls};
+use worker_relay_hyper::gateway::{Gateway, CONNECT_PATH};
+use worker_relay_hyper::server::{serve_with_shutdown, Intake, ServerConfig, ServerTls};
+use worker_relay_hyper::TempFileOverflow;
 
 const USAGE: &str = "usage: relay --listen HOST:PORT --tokens FILE \
                      [--tls-cert FILE --tls-key FILE] \
@@ -151,7 +151,7 @@ fn main() -> ExitCode {
     let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
     let (mut threads, mut cert, mut key) = (None, None, None);
     let mut grace = Duration::from_secs(30);
-    let (mut reconnect_wait, mut reuse_port) = (worker_relay::gateway::RECONNECT_WAIT, false);
+    let (mut reconnect_wait, mut reuse_port) = (worker_relay_hyper::gateway::RECONNECT_WAIT, false);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         if a == "--reuse-port" {
@@ -268,7 +268,7 @@ async fn run(
 
     // Slow callers' responses wait in unlinked temporary files in $TMPDIR,
     // within 8 GiB for all the workers (the gateway's default store,
-    // `rt::TempFileOverflow`).
+    // `TempFileOverflow`).
     let mut gateway = Gateway::builder(table).reconnect_wait(reconnect_wait);
     if stall.is_some() || overflow_budget == Some(0) {
         // The gateway's default, with this stall timeout, or with no

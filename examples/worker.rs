@@ -51,7 +51,7 @@ mod worker_app;
 
 use std::process::ExitCode;
 use worker_relay::connect::Token;
-use worker_relay::ws::Dialer;
+use worker_relay_hyper::ws::Dialer;
 
 const USAGE: &str = "usage: worker --connect wss://HOST:PORT/connect [--ca-file CA.pem] [--allow-insecure] [--upstream http://HOST:PORT [--upstream-connections N]] [--threads N] [--admin HOST:PORT] [--log-format text|json]\n       worker --listen HOST:PORT [--threads N]   (the app served directly, no relay)";
 

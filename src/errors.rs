@@ -16,11 +16,9 @@
 //! | `rt` | a driver ([`RelayDriver`](crate::rt::RelayDriver), [`WorkerDriver`](crate::rt::WorkerDriver)) | `Result<`[`Closed`](crate::rt::Closed)`, `[`DriverError`](crate::rt::DriverError)`<E>>` | the connection's end: in good order (by the peer, end of stream, by this side) or not (the socket's error `E`, keepalive, 1009, a close that did not complete) |
 //! | `rt` | a request's [`ResponseFuture`](crate::rt::ResponseFuture) (relay side) | [`RelayError`](crate::rt::RelayError) | the request failed before the worker's response head; [`status`](crate::rt::RelayError::status) is the caller's answer |
 //! | `rt` | body streams and sinks, both sides | [`BodyError`](crate::rt::BodyError) | the body failed after the head |
-//! | `ws` | [`dial`](crate::ws::dial) | [`DialError`](crate::ws::DialError) | a [`Verdict`](crate::connect::Verdict) and its cause (DNS, TCP, TLS, the relay's HTTP answer, a time limit) |
-//! | `gateway` | [`Gateway::attach`](crate::gateway::Gateway::attach) | `Result<`[`Closed`](crate::rt::Closed)`, `[`AttachError`](crate::gateway::AttachError)`<E>>` | as a driver's end, or `Duplicate`: refused, the worker is connected already |
-//! | `gateway` | its services | never an `Err` | every failure is an HTTP answer (the table below) and one access-log line with its `end` |
-//! | `tunnel` | [`serve`](crate::tunnel::serve) | as an `rt` driver, `E` = the WebSocket's error | the connection's end |
-//! | `tunnel` | [`Tunnel::run`](crate::tunnel::Tunnel::run), [`run_until`](crate::tunnel::Tunnel::run_until) | [`Refused`](crate::connect::Refused), [`TunnelEnd`](crate::tunnel::TunnelEnd) | they retry everything else; they end only when the relay refuses the worker for good, or at the shutdown |
+//!
+//! The integration crate beside this one, `worker-relay-hyper`, has a page
+//! of the same name for its `ws`, `gateway` and `tunnel`.
 //!
 //! Every enum that may grow is `#[non_exhaustive]`, and the errors
 //! implement `std::error::Error`. An error that wraps another keeps it:
@@ -32,8 +30,8 @@
 //!
 //! A stream's [`RelayEnd`](crate::proto::RelayEnd) becomes a
 //! [`RelayError`](crate::rt::RelayError) if the response head has not
-//! come yet, or a [`BodyError`](crate::rt::BodyError) if it has; the
-//! gateway turns either into its answer and the access log's `end` (the
+//! come yet, or a [`BodyError`](crate::rt::BodyError) if it has;
+//! `worker-relay-hyper`'s gateway turns either into its answer and the access log's `end` (the
 //! `reason` of `worker_relay_stream_ends_total`, `docs/operations.md`):
 //!
 //! | [`RelayEnd`](crate::proto::RelayEnd) | before the head: [`RelayError`](crate::rt::RelayError) → answer | after the head: [`BodyError`](crate::rt::BodyError) | `end` |

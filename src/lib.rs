@@ -21,36 +21,21 @@
 //!   and body streams/sinks. Each driver does bounded work per poll.
 //!
 //!
-//! The integration layer, off by default (the default build depends only on
-//! bytes, serde, serde_json, thiserror, futures-core and futures-sink):
-//!
-//! - `ws` (feature `tungstenite`): tokio-tungstenite WebSockets as
-//!   [`frame::Message`]s, and the worker's dial with every refusal mapped
-//!   to a [`connect::Verdict`] and every failure to its cause; `wss://`
-//!   with feature `rustls`.
-//! - `gateway` (feature `gateway`): a relay as two `tower` services (accept
-//!   workers, forward callers) inside any hyper/tower/axum application.
-//! - `server` (feature `server`): a hardened hyper accept loop (accept
-//!   errors back off, a connection cap, header-read and send timeouts;
-//!   HTTP/1.1 and HTTP/2; TLS with feature `rustls`).
-//! - `tunnel` (feature `tunnel`): any `tower` HTTP service served as a
-//!   worker, with the reconnect loop.
-//! - Each of the three pulls only what it needs: `tunnel` brings no hyper,
-//!   `server` no WebSocket library.
-//! - Metrics (feature `metrics`): `gateway` and `tunnel` record requests,
-//!   statuses, latencies, bytes, stream ends and connections through the
-//!   [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the
-//!   program installs; every forwarded request is also one `tracing` event
-//!   of the access log ([`gateway::ACCESS_TARGET`]). The names and what
-//!   they mean: `docs/operations.md` in the repository.
+//! This crate depends only on bytes, serde, serde_json, thiserror,
+//! futures-core and futures-sink (and `http` with the feature of that name).
+//! Tokio, tokio-tungstenite and hyper come with the crate beside it,
+//! `worker-relay-hyper`: its `ws` (WebSockets as [`frame::Message`]s and the
+//! worker's dial), `gateway` (a relay as `tower` services in any
+//! hyper/axum app), `server` (a hardened accept loop, TLS) and `tunnel`
+//! (any `tower` service served as a worker), metrics and the access log.
 //!
 //! What each call can return, and how one failure looks from each layer
 //! (a stream's end, the relay's errors before and after the head, the
 //! gateway's answer and its access log): [`errors`].
 //!
 //! Each layer's page says what it is for and shows it in a short example;
-//! no layer reaches up (`frame` ← `proto` ← `connect` ← `forward`, `rt` ← `ws` ←
-//! `gateway`, `server`, `tunnel`).
+//! no layer reaches up (`frame` ← `proto` ← `connect` ← `forward`, `rt`; then,
+//! in `worker-relay-hyper`, `ws` ← `gateway`, `server`, `tunnel`).
 //!
 //! ## The run loop
 //!
@@ -191,47 +176,13 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(any(feature = "gateway", feature = "tunnel"))]
-#[macro_use]
-mod observe;
-
 pub mod connect;
 pub mod errors;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod forward;
 pub mod frame;
-#[cfg(feature = "gateway")]
-#[cfg_attr(docsrs, doc(cfg(feature = "gateway")))]
-pub mod gateway;
 pub mod proto;
 pub mod rt;
-#[cfg(any(feature = "tungstenite", feature = "server"))]
-mod send_lowat;
-#[cfg(feature = "server")]
-#[cfg_attr(docsrs, doc(cfg(feature = "server")))]
-pub mod server;
-#[cfg(feature = "tunnel")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tunnel")))]
-pub mod tunnel;
-#[cfg(feature = "tungstenite")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tungstenite")))]
-pub mod ws;
 
 pub use bytes::Bytes;
-
-/// The error type of the integration layer's bodies and services (as
-/// `tower` and `hyper` box theirs): what the `gateway`, `server` and
-/// `tunnel` features take from a service or a body, and what they pass on.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The address of the client a request came from, as the socket that
-/// accepted it saw it (behind a load balancer: the balancer's): a request
-/// extension (`req.extensions().get::<PeerAddr>()`) that
-/// [`server::serve`] sets and the `gateway` reads for its access log and
-/// its refusals. An application with an accept loop of its own inserts it
-/// the same way.
-#[cfg(any(feature = "gateway", feature = "server"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "gateway", feature = "server"))))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PeerAddr(pub std::net::SocketAddr);

@@ -9,8 +9,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use tracing_subscriber::layer::SubscriberExt;
 use worker_relay::connect::{Token, TokenTable, WorkerId};
-use worker_relay::gateway::{Gateway, ACCESS_TARGET};
-use worker_relay::server::{serve, ServerConfig};
+use worker_relay_hyper::gateway::{Gateway, ACCESS_TARGET};
+use worker_relay_hyper::server::{serve, ServerConfig};
 
 /// What the subscriber wrote.
 #[derive(Clone, Default)]

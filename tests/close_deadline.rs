@@ -25,7 +25,8 @@ use worker_relay::frame::{CloseCode, Headers, Message, RequestHead, ResponseHead
 use worker_relay::proto::{
     CloseCause, RelayConfig, RelayConnection, WorkerConfig, WorkerConnection,
 };
-use worker_relay::rt::{self, BodyError, DriverError, Sleep, Timer, TokioTimer};
+use worker_relay::rt::{self, BodyError, DriverError, Sleep, Timer};
+use worker_relay_hyper::TokioTimer;
 
 const SECOND: Duration = Duration::from_secs(1);
 

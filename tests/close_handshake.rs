@@ -20,11 +20,12 @@ use tower::Service;
 use worker_relay::connect::REPLACED;
 use worker_relay::connect::{Token, TokenTable, WorkerHandshake};
 use worker_relay::frame::{CloseCode, CloseFrame, Headers, ResponseHead};
-use worker_relay::gateway::{Gateway, REVOKED};
 use worker_relay::proto::WorkerConfig;
-use worker_relay::rt::{self, Closed, DriverError, TokioTimer};
-use worker_relay::server::{serve, ServerConfig, ServerTls};
-use worker_relay::ws::{self, Dialer};
+use worker_relay::rt::{self, Closed, DriverError};
+use worker_relay_hyper::gateway::{Gateway, REVOKED};
+use worker_relay_hyper::server::{serve, ServerConfig, ServerTls};
+use worker_relay_hyper::ws::{self, Dialer};
+use worker_relay_hyper::TokioTimer;
 
 const TOKEN: &str = "ct-close-0123456789abcdef";
 

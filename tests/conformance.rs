@@ -90,8 +90,8 @@ use report::{CaseResult, Outcome};
 use runner::Selection;
 use std::time::Duration;
 use worker_relay::connect::{Token, TokenTable};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
 
 pub const TOKEN: &str = "ct-conformance-0123456789abcdef";
 pub const WORKER_TOKEN: &str = "wt-conformance-fedcba9876543210";
@@ -710,7 +710,7 @@ mod slow {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "slow: the kit runs its cases on real time against a live peer (timeouts and holds of seconds)"]
     async fn a_worker_without_jitter_fails_the_backoff_case() {
-        use worker_relay::tunnel::Tunnel;
+        use worker_relay_hyper::tunnel::Tunnel;
         let app = axum::Router::new().route("/health", axum::routing::get(|| async { "ok" }));
         let cfg = worker_config(App::HealthOnly, Some("worker.backoff.jitter"));
         let (results, worker) = run_worker(&cfg, |port| {

@@ -15,10 +15,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tower::Service;
 use worker_relay::connect::{Refused, Token, TokenTable, Verdict, WorkerHandshake};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody, TunnelEnd};
-use worker_relay::ws::{self, Dialer};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody, TunnelEnd};
+use worker_relay_hyper::ws::{self, Dialer};
 
 use closed_port::closed_port;
 

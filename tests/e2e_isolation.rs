@@ -37,7 +37,7 @@ fn peak_rss_kib(pid: u32) -> u64 {
 }
 
 /// The relay's open overflow files (unlinked temporary files in the temporary
-/// directory, `rt::TempFileOverflow`) and their bytes.
+/// directory, `TempFileOverflow`) and their bytes.
 fn overflow_files(pid: u32) -> (usize, u64) {
     let mut n = 0;
     let mut bytes = 0;

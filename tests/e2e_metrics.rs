@@ -117,7 +117,7 @@ async fn the_scraped_counters_equal_what_was_done() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     drop(stalled);
     // A refused handshake: a token the relay does not know.
-    let verdict = worker_relay::ws::dial(
+    let verdict = worker_relay_hyper::ws::dial(
         &format!("ws://127.0.0.1:{port}/connect"),
         &worker_relay::connect::WorkerHandshake::new(
             worker_relay::connect::Token::new("ct-not-a-token-of-this-relay").ok(),

@@ -37,7 +37,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{addr_after, example_bin, scratch_dir, Proc};
 use worker_relay::connect::{Refused, Token, Verdict, WorkerHandshake};
-use worker_relay::ws;
+use worker_relay_hyper::ws;
 
 /// The operations page and the alert rules it ships.
 const OPERATIONS_DOC: &str = include_str!("../docs/operations.md");

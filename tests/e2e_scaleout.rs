@@ -37,9 +37,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::{auth, Proc, WORKER_TOKEN};
 use worker_relay::connect::{Refused, TokenTable, Verdict, WorkerHandshake};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::ws;
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::ws;
 
 const WORKERS: usize = 30;
 /// The bound on a failover, from the kill to the last of the dead

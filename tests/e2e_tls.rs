@@ -17,7 +17,7 @@ use support::{example_bin, Proc, CONNECT_TOKEN, WORKER_TOKEN};
 use tls::{server_config, Ca, TlsRelay};
 use tower::Service;
 use worker_relay::connect::TokenTable;
-use worker_relay::gateway::Gateway;
+use worker_relay_hyper::gateway::Gateway;
 
 fn worker(args: &[&str]) -> Proc {
     let mut cmd = Command::new(example_bin("worker"));

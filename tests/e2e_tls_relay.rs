@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 use support::{example_bin, relay_process_tls, Proc, CONNECT_TOKEN, WORKER_TOKEN};
 use tls::TlsFiles;
 use worker_relay::connect::{Token, TokenTable};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig, ServerTls};
-use worker_relay::tunnel::{Tunnel, TunnelBody};
-use worker_relay::PeerAddr;
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig, ServerTls};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
+use worker_relay_hyper::PeerAddr;
 
 /// The worker example dialling `wss://localhost:port`, trusting `ca`.
 fn wss_worker(port: u16, ca: &Path) -> Proc {

@@ -23,7 +23,7 @@ use worker_relay::frame::{
     self, ControlFrame, Decoded, Message, RequestHead, StreamId, SUBPROTOCOL,
 };
 use worker_relay::proto::RelayConfig;
-use worker_relay::ws::{self, WsSocket};
+use worker_relay_hyper::ws::{self, WsSocket};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -40,7 +40,7 @@ type Script = fn(StreamId, &RequestHead) -> Vec<Message>;
 /// reports every frame the relay sends it.
 async fn scripted_worker(
     addr: SocketAddr,
-    relay: &worker_relay::gateway::Gateway,
+    relay: &worker_relay_hyper::gateway::Gateway,
     script: Script,
 ) -> mpsc::UnboundedReceiver<Decoded> {
     let mut req = format!("ws://{addr}/connect")

@@ -13,10 +13,10 @@ use tower::Service;
 use worker_relay::connect::{
     Refused, RetryReason, Token, TokenTable, Verdict, WorkerHandshake, WorkerId,
 };
-use worker_relay::gateway::{Gateway, Presented};
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody};
-use worker_relay::ws;
+use worker_relay_hyper::gateway::{Gateway, Presented};
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
+use worker_relay_hyper::ws;
 
 const TABLE_TOKEN: &str = "ct-abc-000000000000";
 /// The "database": `db-token-<id>-...` is worker `<id>`'s token; `slow`

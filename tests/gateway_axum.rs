@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use worker_relay::connect::{Token, TokenTable};
-use worker_relay::gateway::Gateway;
-use worker_relay::tunnel::Tunnel;
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::tunnel::Tunnel;
 
 /// Far longer than anything here takes on a loaded machine: only a hang
 /// (the bug) reaches it.

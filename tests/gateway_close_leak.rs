@@ -17,7 +17,7 @@ use axum::{routing::get, Router};
 use std::time::{Duration, Instant};
 use support::{backed_up, connected, frozen_worker, open_sockets, upload};
 use worker_relay::proto::{OverflowConfig, RelayConfig};
-use worker_relay::{connect::TokenTable, gateway::Gateway};
+use worker_relay_hyper::{gateway::Gateway, worker_relay::connect::TokenTable};
 
 const TOKEN: &str = "ct-abc-0123456789abcdef";
 

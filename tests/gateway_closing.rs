@@ -13,11 +13,12 @@ use std::time::{Duration, Instant};
 use support::{backed_up, connected, frozen_worker, upload};
 use tokio_tungstenite::tungstenite;
 use worker_relay::connect::{Token, TokenTable, WorkerHandshake, WorkerId};
-use worker_relay::gateway::{DuplicatePolicy, Gateway, Presence};
 use worker_relay::proto::{RelayConfig, WorkerConfig};
-use worker_relay::rt::{self, TokioTimer};
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::ws;
+use worker_relay::rt;
+use worker_relay_hyper::gateway::{DuplicatePolicy, Gateway, Presence};
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::ws;
+use worker_relay_hyper::TokioTimer;
 
 #[path = "../examples/common/client.rs"]
 mod client;

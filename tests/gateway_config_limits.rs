@@ -17,7 +17,7 @@ use std::time::Duration;
 use tower::Service;
 use worker_relay::connect::{TokenTable, WorkerId};
 use worker_relay::frame::{CloseCode, SUBPROTOCOL};
-use worker_relay::gateway::{Gateway, Presence};
+use worker_relay_hyper::gateway::{Gateway, Presence};
 
 const ABC: &str = "ct-abc-000000000000000";
 

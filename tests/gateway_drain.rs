@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use tower::Service;
 use worker_relay::connect::{Token, TokenTable};
 use worker_relay::frame::CloseCode;
-use worker_relay::gateway::{Gateway, Presence};
-use worker_relay::server::{serve_with_shutdown, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody};
+use worker_relay_hyper::gateway::{Gateway, Presence};
+use worker_relay_hyper::server::{serve_with_shutdown, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
 
 const TOKEN: &str = "ct-abc-000000000000";
 
@@ -170,7 +170,7 @@ async fn a_drain_waits_for_a_slow_callers_overflowed_response() {
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(worker_relay::server::serve(
+    tokio::spawn(worker_relay_hyper::server::serve(
         listener,
         gateway.service(),
         ServerConfig::default(),
@@ -229,7 +229,7 @@ async fn a_request_waits_for_its_worker_to_reconnect() {
         .build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(worker_relay::server::serve(
+    tokio::spawn(worker_relay_hyper::server::serve(
         listener,
         gateway.service(),
         ServerConfig::default(),

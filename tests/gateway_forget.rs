@@ -12,7 +12,7 @@ use std::time::Duration;
 use tower::Service;
 use worker_relay::connect::{TokenTable, WorkerId};
 use worker_relay::frame::SUBPROTOCOL;
-use worker_relay::gateway::{Gateway, Presented};
+use worker_relay_hyper::gateway::{Gateway, Presented};
 
 /// The upgrade request of a worker presenting `token`.
 fn upgrade(token: &str) -> Request<Empty<Bytes>> {

@@ -17,8 +17,8 @@ use http_body_util::BodyExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable};
-use worker_relay::gateway::Gateway;
-use worker_relay::tunnel::Tunnel;
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::tunnel::Tunnel;
 
 const N: u64 = 64 << 20;
 

@@ -22,9 +22,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable};
-use worker_relay::gateway::Gateway;
 use worker_relay::rt::{Overflow, OverflowFile};
-use worker_relay::tunnel::Tunnel;
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::tunnel::Tunnel;
 
 const N: usize = 16 << 20;
 const TOKEN: &str = "ct-abc-0123456789";

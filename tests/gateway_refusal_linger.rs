@@ -12,8 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use worker_relay::connect::TokenTable;
 use worker_relay::frame::CloseCode;
-use worker_relay::gateway::{Gateway, GatewayBuilder};
-use worker_relay::server::{serve, ServerConfig};
+use worker_relay_hyper::gateway::{Gateway, GatewayBuilder};
+use worker_relay_hyper::server::{serve, ServerConfig};
 
 /// 64 MiB: far more than the sockets' buffers hold, so the caller's writes
 /// block until the relay reads.

@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::error::RecvError;
 use worker_relay::connect::{RetryReason, Token, TokenTable, Verdict, WorkerHandshake, WorkerId};
 use worker_relay::frame::CloseCode;
-use worker_relay::gateway::{DuplicatePolicy, Gateway, Presence};
 use worker_relay::proto::WorkerConfig;
-use worker_relay::rt::{self, Closed, TokioTimer};
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::ws;
+use worker_relay::rt::{self, Closed};
+use worker_relay_hyper::gateway::{DuplicatePolicy, Gateway, Presence};
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::ws;
+use worker_relay_hyper::TokioTimer;
 
 async fn relay(policy: DuplicatePolicy) -> (SocketAddr, Gateway) {
     let gateway = Gateway::builder(TokenTable::parse("abc ct-abc-0000000000").unwrap())
@@ -157,7 +158,7 @@ async fn a_connection_refused_after_the_upgrade_is_closed_with_1013() {
     let attached = tokio::spawn(async move {
         matches!(
             g.attach(abc(), relay_side).await,
-            Err(worker_relay::gateway::AttachError::Duplicate)
+            Err(worker_relay_hyper::gateway::AttachError::Duplicate)
         )
     });
     let got = tokio::time::timeout(Duration::from_secs(5), worker_side.rx.next())
@@ -212,7 +213,7 @@ async fn serve_as(
     delay: Duration,
 ) -> tokio::task::JoinHandle<Result<Closed, String>> {
     use http_body_util::Full;
-    use worker_relay::tunnel::TunnelBody;
+    use worker_relay_hyper::tunnel::TunnelBody;
     let url = format!("ws://{addr}/connect");
     let socket = ws::dial(&url, &handshake(), Duration::from_secs(5))
         .await
@@ -224,7 +225,7 @@ async fn serve_as(
         Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(bytes::Bytes::from(name))))
     });
     tokio::spawn(async move {
-        worker_relay::tunnel::serve(socket, WorkerConfig::default(), app)
+        worker_relay_hyper::tunnel::serve(socket, WorkerConfig::default(), app)
             .await
             .map_err(|e| e.to_string())
     })
@@ -410,7 +411,7 @@ async fn a_request_whose_head_never_left_goes_to_the_next_connection() {
 #[tokio::test(start_paused = true)]
 async fn a_tunnel_replaced_by_another_process_does_not_take_the_worker_back() {
     use http_body_util::Full;
-    use worker_relay::tunnel::{Tunnel, TunnelBody};
+    use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
     let (addr, gateway) = relay(DuplicatePolicy::Replace).await;
     let mut news = gateway.subscribe();
     let app = tower::service_fn(|_req: http::Request<TunnelBody>| async {

@@ -16,9 +16,9 @@ use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::Semaphore;
 use tower::Service;
 use worker_relay::connect::{BackoffConfig, Token, TokenTable, WorkerId};
-use worker_relay::gateway::{Gateway, Presence, Presented};
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody};
+use worker_relay_hyper::gateway::{Gateway, Presence, Presented};
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
 
 const ABC: &str = "ct-abc-000000000000";
 const DEF: &str = "ct-def-000000000000";

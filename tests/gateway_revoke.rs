@@ -15,9 +15,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tower::Service;
 use worker_relay::connect::{Token, TokenTable, WorkerId};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const ABC: &str = "ct-abc-000000000000";

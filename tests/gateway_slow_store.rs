@@ -14,9 +14,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tower::ServiceExt;
 use worker_relay::connect::{Token, TokenTable};
-use worker_relay::gateway::{Forward, Gateway, GatewayBody};
 use worker_relay::rt::{MemoryOverflow, Overflow, OverflowFile};
-use worker_relay::tunnel::Tunnel;
+use worker_relay_hyper::gateway::{Forward, Gateway, GatewayBody};
+use worker_relay_hyper::tunnel::Tunnel;
 
 /// A store in memory whose every operation (making a store, an append, a
 /// read) first sleeps `delay`, then waits while the store is held (see

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast::error::TryRecvError;
 use tower::Service;
 use worker_relay::connect::{BackoffConfig, Refused, Token, TokenTable, WorkerId};
-use worker_relay::gateway::{Gateway, Presence, FLAP_REPLACEMENTS};
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody};
+use worker_relay_hyper::gateway::{Gateway, Presence, FLAP_REPLACEMENTS};
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
 
 const ABC: &str = "ct-abc-000000000000";
 const DEF: &str = "ct-def-000000000000";

@@ -9,7 +9,7 @@ mod log_writer;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use worker_relay::gateway::ACCESS_TARGET;
+use worker_relay_hyper::gateway::ACCESS_TARGET;
 
 /// A sink recording what it got and in how many writes; `gate` held
 /// blocks it.

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use worker_relay::BoxError;
+use worker_relay_hyper::BoxError;
 
 /// README text -> this file's text: the README's fixed port, file and
 /// environment variable become the test's (the relay's listener one the
@@ -40,7 +40,7 @@ const SUBSTITUTIONS: &[(&str, &str)] = &[
 async fn relay_embed(tokens_file: &Path, relay_listener: tokio::net::TcpListener) -> Result<(), BoxError> {
     // README begin
     use axum::{routing::get, Router};
-    use worker_relay::{connect::TokenTable, gateway::Gateway};
+    use worker_relay_hyper::{gateway::Gateway, worker_relay::connect::TokenTable};
 
     let gateway = Gateway::new(TokenTable::parse(&std::fs::read_to_string(tokens_file)?)?);
     let app = Router::new()
@@ -59,7 +59,7 @@ async fn relay_embed(tokens_file: &Path, relay_listener: tokio::net::TcpListener
 async fn router_worker(connect_url: &str, token_env: Option<String>) -> Result<i32, BoxError> {
     // README begin
     use axum::{routing::get, Router};
-    use worker_relay::{connect::Token, tunnel::Tunnel};
+    use worker_relay_hyper::{tunnel::Tunnel, worker_relay::connect::Token};
 
     let app = Router::new().route("/health", get(|| async { "ok" }));
     // (examples/worker.rs also zeroes and removes the token from its environment)
@@ -76,7 +76,7 @@ async fn tunnel_worker(connect_url: &str, token_env: Option<String>, upstream: &
     let upstream = upstream.to_owned();
     // README begin
     use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-    use worker_relay::{connect::Token, tunnel::{Tunnel, TunnelBody}};
+    use worker_relay_hyper::{tunnel::{Tunnel, TunnelBody}, worker_relay::connect::Token};
 
     let client = Client::builder(TokioExecutor::new()).build_http::<TunnelBody>();
     let upstream = tower::service_fn(move |mut req: http::Request<TunnelBody>| {

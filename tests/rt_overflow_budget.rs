@@ -13,7 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 use worker_relay::frame::{Headers, RequestHead, ResponseHead};
 use worker_relay::proto::{OverflowConfig, RelayConfig, WorkerConfig};
-use worker_relay::rt::{self, BodyError, Overflow, TempFileOverflow};
+use worker_relay::rt::{self, BodyError, Overflow};
+use worker_relay_hyper::TempFileOverflow;
 
 const MIB: usize = 1 << 20;
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use worker_relay::server::{serve_with_shutdown, CertError, Intake, ServerConfig, ServerTls};
+use worker_relay_hyper::server::{serve_with_shutdown, CertError, Intake, ServerConfig, ServerTls};
 
 /// Far longer than anything here takes on a loaded machine: only a hang
 /// (the bug) reaches it.
@@ -100,7 +100,7 @@ async fn an_idle_http2_connection_is_closed_and_a_busy_one_is_not() {
     let (listener, addr) = listener().await;
     let (app, _arrived) = App::new();
     let config = ServerConfig::default().h2_idle_timeout(Duration::from_millis(200));
-    tokio::spawn(worker_relay::server::serve(listener, app, config));
+    tokio::spawn(worker_relay_hyper::server::serve(listener, app, config));
 
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (mut send, conn) =
@@ -222,7 +222,7 @@ async fn an_endless_header_read_timeout_serves_without_a_panic() {
     // hyper adds it to the clock: `Instant + Duration::MAX` panicked in
     // every connection's task.
     let config = ServerConfig::default().header_read_timeout(Duration::MAX);
-    tokio::spawn(worker_relay::server::serve(listener, app, config));
+    tokio::spawn(worker_relay_hyper::server::serve(listener, app, config));
     let answer = get(addr, "/").await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
 }

@@ -18,9 +18,9 @@ use tower::Service;
 use worker_relay::connect::{
     BackoffConfig, Refused, RetryReason, Token, TokenTable, Verdict, WorkerHandshake,
 };
-use worker_relay::gateway::Gateway;
-use worker_relay::tunnel::{Tunnel, TunnelBody};
-use worker_relay::ws::{Dialer, TlsError};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
+use worker_relay_hyper::ws::{Dialer, TlsError};
 
 const CONNECT_TOKEN: &str = "ct-tls-0123456789abcdef";
 

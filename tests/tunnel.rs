@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Refused, Token, TokenTable};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tower::Service;
 use worker_relay::connect::{Token, TokenTable};
-use worker_relay::gateway::{Gateway, Presence};
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody, TunnelEnd};
+use worker_relay_hyper::gateway::{Gateway, Presence};
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody, TunnelEnd};
 
 const TOKEN: &str = "ct-abc-000000000000";
 

@@ -12,9 +12,9 @@ use std::convert::Infallible;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use worker_relay::connect::{BackoffConfig, Token, TokenTable};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody, TunnelEnd, TunnelEvent};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody, TunnelEnd, TunnelEvent};
 
 const TOKEN: &str = "ct-abc-000000000000";
 

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tower::Service;
 use worker_relay::connect::{Token, TokenTable};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
 
 const TOKEN: &str = "ct-abc-000000000000";
 

@@ -23,9 +23,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tower::ServiceExt;
 use worker_relay::connect::{Token, TokenTable};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::tunnel::{Tunnel, TunnelBody};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

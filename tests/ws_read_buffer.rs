@@ -8,9 +8,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 use worker_relay::connect::{Token, TokenTable, WorkerHandshake};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::{serve, ServerConfig};
-use worker_relay::ws::{self, Dialer, DIAL_READ_BUFFER, READ_BUFFER};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
+use worker_relay_hyper::ws::{self, Dialer, DIAL_READ_BUFFER, READ_BUFFER};
 
 const TOKEN: &str = "rb-token-0123456789abcdef";
 

@@ -19,8 +19,8 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable, WorkerId};
-use worker_relay::gateway::Gateway;
-use worker_relay::server::ServerConfig;
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::ServerConfig;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Body = BoxBody<Bytes, BoxError>;
@@ -75,7 +75,7 @@ pub async fn start() -> Stack {
     let relay_addr = listener.local_addr().unwrap();
     let relay = Gateway::new(tokens);
     let service = relay.service();
-    tokio::spawn(worker_relay::server::serve(
+    tokio::spawn(worker_relay_hyper::server::serve(
         listener,
         service,
         ServerConfig::default(),

@@ -215,7 +215,7 @@ impl<'a> MakeWriter<'a> for BatchWriter {
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Line<'a> {
         Line {
             shared: &self.shared,
-            urgent: meta.target() != worker_relay::gateway::ACCESS_TARGET,
+            urgent: meta.target() != worker_relay_hyper::gateway::ACCESS_TARGET,
         }
     }
 }

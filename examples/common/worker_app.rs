@@ -18,9 +18,9 @@ use std::time::Duration;
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
 use worker_relay::connect::Token;
-use worker_relay::tunnel::{Tunnel, TunnelBody, TunnelEnd};
-use worker_relay::ws::Dialer;
-use worker_relay::BoxError;
+use worker_relay_hyper::tunnel::{Tunnel, TunnelBody, TunnelEnd};
+use worker_relay_hyper::ws::Dialer;
+use worker_relay_hyper::BoxError;
 
 /// What the worker needs to run.
 pub struct WorkerOptions {
@@ -91,7 +91,7 @@ where
 /// token check, the crate's hardened server.
 pub async fn serve_directly(listener: tokio::net::TcpListener, worker_token: Option<Token>) {
     let service = guarded::<hyper::body::Incoming, _>(worker_token, app());
-    match worker_relay::server::serve(listener, service, Default::default()).await {}
+    match worker_relay_hyper::server::serve(listener, service, Default::default()).await {}
 }
 
 /// `service` behind the worker token's check, for requests whose body is

@@ -171,7 +171,7 @@ pub enum Refused {
     /// The relay's URL cannot be dialled (not a `ws://` or `wss://` URL, no
     /// host, a scheme this build has no TLS for, or plain `ws://` to a host
     /// that is not loopback with a connect token: see
-    /// `ws::Dialer::allow_cleartext_token`); the value says why.
+    /// `worker_relay_hyper::ws::Dialer::allow_cleartext_token`); the value says why.
     #[error("cannot dial the relay's URL: {0}")]
     InvalidUrl(String),
 }

@@ -19,8 +19,10 @@ use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-/// The body of the 500 a stream failed before its response gets.
-pub(crate) const FAILED_BODY: &[u8] = b"Internal Server Error";
+/// The body of the 500 that [`WorkerConnection::fail`] sends for a stream
+/// that failed before its response head (a tunnel counts it in its
+/// metrics).
+pub const FAILED_BODY: &[u8] = b"Internal Server Error";
 
 /// Refusals (400 for a malformed request, 503 over `max_streams`, `abort`
 /// for a request body that broke its Content-Length) the worker queues

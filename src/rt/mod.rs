@@ -99,17 +99,9 @@
 mod driver;
 mod overflow;
 mod overflow_io;
-// Shared by the gateway and the tunnel, each using a part.
-#[cfg(any(feature = "gateway", feature = "tunnel"))]
-#[cfg_attr(not(all(feature = "gateway", feature = "tunnel")), allow(dead_code))]
-pub(crate) mod pump;
 mod relay;
 mod side;
-#[cfg(feature = "tempfile")]
-mod temp_file_overflow;
 mod timer;
-#[cfg(feature = "tokio")]
-mod tokio_timer;
 mod worker;
 
 pub use driver::{Closed, DriverError};
@@ -118,11 +110,7 @@ pub use relay::{
     relay, relay_with_overflow, RelayDriver, RelayError, RelayHandle, RequestSink, ResponseBody,
     ResponseFuture, WorkerResponse,
 };
-#[cfg(feature = "tempfile")]
-pub use temp_file_overflow::TempFileOverflow;
 pub use timer::{Sleep, Timer};
-#[cfg(feature = "tokio")]
-pub use tokio_timer::TokioTimer;
 pub use worker::{
     worker, ClientGone, Incoming, IncomingRequest, RequestBody, Responder, ResponseSink,
     WorkerDriver,

@@ -290,8 +290,9 @@ type SharedRef = Arc<Mutex<Shared>>;
 /// requests through the [`RelayHandle`] (cheap to clone).
 ///
 /// Both sides over an in-memory pipe, on tokio (any executor will do; the
-/// WebSocket here is tokio-tungstenite's, through
-/// `ws::WsSocket`, feature `tungstenite`):
+/// WebSocket and the timer here are `worker-relay-hyper`'s, the crate
+/// beside this one: `ws::WsSocket`, tokio-tungstenite's socket as this
+/// crate's messages, and `TokioTimer`):
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -300,8 +301,8 @@ type SharedRef = Arc<Mutex<Shared>>;
 /// use tokio_tungstenite::{tungstenite::protocol::Role, WebSocketStream};
 /// use worker_relay::frame::{Headers, RequestHead, ResponseHead};
 /// use worker_relay::proto::{RelayConfig, WorkerConfig};
-/// use worker_relay::rt::{self, TokioTimer};
-/// use worker_relay::ws::WsSocket;
+/// use worker_relay::rt;
+/// use worker_relay_hyper::{ws::WsSocket, TokioTimer};
 ///
 /// let (a, b) = tokio::io::duplex(64 << 10);
 /// let relay_socket = WsSocket::server(a).await;

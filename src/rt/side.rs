@@ -335,9 +335,10 @@ impl SinkCore {
 macro_rules! impl_body_sink {
     ($t:ty) => {
         impl $t {
-            /// Bytes the connection has taken from this sink so far.
-            #[allow(dead_code)] // only the integration layer's pump reads it
-            pub(crate) fn taken(&self) -> u64 {
+            /// Bytes the connection has taken from this sink so far: a
+            /// pump's measure of progress (the integration crate's
+            /// gateway and tunnel count a body's bytes with it).
+            pub fn bytes_taken(&self) -> u64 {
                 self.core.taken
             }
         }

@@ -11,7 +11,7 @@ pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send>>;
 ///
 /// `now` must be the clock the sleeps follow (a driver that reads one clock
 /// and sleeps on another wakes before its deadline, again and again). For
-/// tokio (`TokioTimer`, feature `tokio`): `now` is
+/// tokio (`worker_relay_hyper::TokioTimer`): `now` is
 /// `tokio::time::Instant::now().into_std()` and `sleep_until` is
 /// `Box::pin(tokio::time::sleep_until(deadline.into()))`.
 ///

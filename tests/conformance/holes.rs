@@ -10,8 +10,8 @@ use crate::report::{CaseResult, Outcome};
 use crate::{assert_fails, assert_passes, fake_worker_run, lines, relay_config, run, TOKEN};
 use std::time::Duration;
 use worker_relay::connect::TokenTable;
-use worker_relay::gateway::{DuplicatePolicy, Gateway};
-use worker_relay::server::{serve, ServerConfig};
+use worker_relay_hyper::gateway::{DuplicatePolicy, Gateway};
+use worker_relay_hyper::server::{serve, ServerConfig};
 
 /// `case` against the streaming relay with `hole` (must WARN: what it
 /// breaks is this kit's recommendation, not a rule of the spec) and

@@ -9,9 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable, WorkerId};
-use worker_relay::gateway::Gateway;
 use worker_relay::proto::{OverflowConfig, RelayConfig};
-use worker_relay::server::{serve, ServerConfig};
+use worker_relay_hyper::gateway::Gateway;
+use worker_relay_hyper::server::{serve, ServerConfig};
 
 pub const CONNECT_TOKEN: &str = "ct-0123456789abcdef0123456789abcdef";
 pub const WORKER_TOKEN: &str = "wt-fedcba9876543210fedcba9876543210";

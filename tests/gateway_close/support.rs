@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::WebSocketStream;
 use worker_relay::frame::SUBPROTOCOL;
-use worker_relay::gateway::Gateway;
+use worker_relay_hyper::gateway::Gateway;
 
 /// Dials `/connect` as the worker whose token is `token`, with a small
 /// receive buffer, and hands back the socket unread: a worker that stops

@@ -7,7 +7,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use worker_relay::gateway::Gateway;
+use worker_relay_hyper::gateway::Gateway;
 
 /// Waits (bounded: 20 s) until worker `id` is connected to `gateway`.
 pub async fn connected(gateway: &Gateway, id: &str) {

@@ -9,7 +9,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use worker_relay::gateway::Gateway;
+use worker_relay_hyper::gateway::Gateway;
 
 /// A certificate authority of the test's own.
 pub struct Ca {

@@ -187,7 +187,7 @@ pub struct OverflowConfig {
     /// very instant a chunk arrives (its task is waiting for a thread), is
     /// then not sent through the overflow store, whose file costs two more
     /// copies of every byte: over 8 s of 1 GiB downloads through the
-    /// crate's [`Gateway`](crate::gateway::Gateway), 1,601–2,224 temporary
+    /// integration crate's `gateway::Gateway` (worker-relay-hyper), 1,601–2,224 temporary
     /// files were opened with the overflow at once, none with a wait of
     /// 1 ms (BENCHMARKS.md, issue 28).
     ///

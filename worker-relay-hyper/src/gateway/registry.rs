@@ -1,15 +1,15 @@
 //! Who is connected: one relay connection per worker id, and the news of
 //! workers coming and going.
 
-use crate::connect::WorkerId;
-use crate::frame::CloseCode;
-use crate::rt::RelayHandle;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
+use worker_relay::connect::WorkerId;
+use worker_relay::frame::CloseCode;
+use worker_relay::rt::RelayHandle;
 
 /// Flap damping, by default (see
 /// [`GatewayBuilder::flap_damping`](super::GatewayBuilder::flap_damping)): a
@@ -34,8 +34,8 @@ pub enum DuplicatePolicy {
     /// The new connection takes over, as after an HTTP/2 GOAWAY: new
     /// requests go to it, the old one finishes the streams it has (for at
     /// most [`GatewayBuilder::replace_grace`](super::GatewayBuilder::replace_grace)) and is then closed with
-    /// [`CloseCode::REPLACED`](crate::frame::CloseCode::REPLACED) (4000) and
-    /// [`REPLACED`](crate::connect::REPLACED). The default: a restarted worker is
+    /// [`CloseCode::REPLACED`](worker_relay::frame::CloseCode::REPLACED) (4000) and
+    /// [`REPLACED`](worker_relay::connect::REPLACED). The default: a restarted worker is
     /// reachable at once, and a redeploy (the new process started, then the
     /// old one stopped) loses no request.
     #[default]
@@ -87,7 +87,7 @@ pub struct WorkerInfo {
     /// Its peer's address, when the server knows it.
     pub peer: Option<SocketAddr>,
     /// Its connection's counters.
-    pub stats: crate::proto::Stats,
+    pub stats: worker_relay::proto::Stats,
     /// Why its previous connection ended, if it had one since the relay
     /// started.
     pub last_error: Option<String>,
@@ -393,7 +393,7 @@ impl Registry {
 }
 
 /// Closes a replaced connection ([`CloseCode::REPLACED`], 4000,
-/// [`REPLACED`](crate::connect::REPLACED)) once
+/// [`REPLACED`](worker_relay::connect::REPLACED)) once
 /// its streams are done and slow callers have taken their responses out of
 /// the overflow store, once `grace` has passed, or once it has taken
 /// nothing of what waits for it for [`STUCK`] (a peer that stopped
@@ -411,7 +411,7 @@ async fn retire(handle: RelayHandle, grace: Duration) {
         let idle = stats.streams_open == 0 && stats.overflow_bytes == 0;
         let stuck = stats.body_queued_out > 0 && now.duration_since(sent.1) >= STUCK;
         if idle || stuck || now.duration_since(start) >= grace {
-            handle.close(CloseCode::REPLACED, crate::connect::REPLACED);
+            handle.close(CloseCode::REPLACED, worker_relay::connect::REPLACED);
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

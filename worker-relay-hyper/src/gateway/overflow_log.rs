@@ -11,10 +11,10 @@
 //! `metrics`): the bytes each store holds, appended and not yet read back,
 //! for any store the gateway is given (`rt` records no metrics).
 
-use crate::rt::{Overflow, OverflowFile, OverflowJob};
 use bytes::Bytes;
 use std::io;
 use std::sync::Arc;
+use worker_relay::rt::{Overflow, OverflowFile, OverflowJob};
 
 /// `inner`, with every error it returns logged once, at `warn`.
 pub(super) struct Logged(pub(super) Arc<dyn Overflow>);

@@ -2,12 +2,12 @@
 
 use super::access::Access;
 use super::upload::Upload;
-use crate::rt::{BodyError, ResponseBody};
 use bytes::Bytes;
 use futures_core::Stream;
 use http_body::{Frame, SizeHint};
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use worker_relay::rt::{BodyError, ResponseBody};
 
 /// The body of a response from [`Forward`](super::Forward) or
 /// [`Connect`](super::Connect): either the gateway's own short answer, or

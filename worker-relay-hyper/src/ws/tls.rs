@@ -7,7 +7,6 @@
 //! other crate in the program installs another default.
 
 use super::dial::DialError;
-use crate::connect::Refused;
 use crate::send_lowat::PacedTcp;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -15,6 +14,7 @@ use rustls::{ClientConfig, RootCertStore};
 use std::sync::{Arc, OnceLock};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
+use worker_relay::connect::Refused;
 
 /// A PEM bundle of certificates to trust that cannot be used.
 #[derive(Debug, thiserror::Error)]

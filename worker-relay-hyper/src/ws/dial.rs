@@ -4,7 +4,6 @@
 
 use super::stream::DialStream;
 use super::{config, WsSocket, DIAL_READ_BUFFER, DIAL_TIMEOUT};
-use crate::connect::{Refused, RetryReason, Verdict, WorkerHandshake};
 use crate::send_lowat::PacedTcp;
 use std::fmt;
 use std::future::Future;
@@ -12,6 +11,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use worker_relay::connect::{Refused, RetryReason, Verdict, WorkerHandshake};
 
 /// The largest read buffer [`Dialer::read_buffer`] takes: a larger setting
 /// is clamped to it (`usize::MAX` failed the buffer's allocation, a panic

@@ -1,7 +1,5 @@
 //! The body of a request a worker's service receives.
 
-use crate::frame::RequestHead;
-use crate::rt::{BodyError, RequestBody};
 use bytes::Bytes;
 use futures_core::Stream;
 use http_body::{Frame, SizeHint};
@@ -9,6 +7,8 @@ use std::future::poll_fn;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use worker_relay::frame::RequestHead;
+use worker_relay::rt::{BodyError, RequestBody};
 
 /// A request body as it arrives from the relay: an `http_body::Body` of
 /// [`Bytes`]. It fails with [`BodyError`] if the caller goes away or the

@@ -1,13 +1,13 @@
 //! An asynchronous authorisation hook, for gateways whose workers live in a
-//! database rather than in a [`TokenTable`](crate::connect::TokenTable).
+//! database rather than in a [`TokenTable`](worker_relay::connect::TokenTable).
 
-use crate::connect::WorkerId;
 use http::StatusCode;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use worker_relay::connect::WorkerId;
 
 /// What a worker presented in its handshake, for an authorisation hook
 /// ([`GatewayBuilder::authorize`](super::GatewayBuilder::authorize)). Its
@@ -16,7 +16,7 @@ use std::time::Duration;
 #[non_exhaustive]
 pub struct Presented {
     /// The bearer token, at most
-    /// [`MAX_PRESENTED_TOKEN`](crate::connect::MAX_PRESENTED_TOKEN) bytes,
+    /// [`MAX_PRESENTED_TOKEN`](worker_relay::connect::MAX_PRESENTED_TOKEN) bytes,
     /// without whitespace. A secret: never log it.
     pub token: String,
     /// The worker its URL names (`/connect/<id>`), if any: the hook's

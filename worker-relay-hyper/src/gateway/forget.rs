@@ -12,11 +12,11 @@
 //! only what is due.
 
 use super::upload::after;
-use crate::connect::WorkerId;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::time::Instant;
+use worker_relay::connect::WorkerId;
 
 /// How long a worker that is not connected is remembered, by default (see
 /// [`GatewayBuilder::forget_after`](super::GatewayBuilder::forget_after)).

@@ -2,8 +2,8 @@
 //! `tungstenite`), and the worker's dial.
 //!
 //! - [`WsSocket`] wraps a `tokio_tungstenite::WebSocketStream` into the
-//!   `Stream + Sink` of [`Message`] that [`rt::relay`](crate::rt::relay) and
-//!   [`rt::worker`](crate::rt::worker) drive. Binary payloads (the body
+//!   `Stream + Sink` of [`Message`] that [`rt::relay`](worker_relay::rt::relay) and
+//!   [`rt::worker`](worker_relay::rt::worker) drive. Binary payloads (the body
 //!   chunks) and pings cross without a copy; a text frame (a small control
 //!   frame) is copied once on the way in.
 //! - [`config`]: tungstenite's settings for this protocol, with a small read
@@ -11,7 +11,7 @@
 //!   worker's dial reads in larger passes ([`DIAL_READ_BUFFER`]).
 //! - [`Dialer`] (and [`dial`], its defaults): the worker's dial, `ws://`
 //!   or (feature `rustls`) `wss://` trusting the platform's roots and any
-//!   CA given; its answer judged into a [`Verdict`](crate::connect::Verdict)
+//!   CA given; its answer judged into a [`Verdict`](worker_relay::connect::Verdict)
 //!   (a 101 without the subprotocol is a final refusal, not a network error
 //!   to retry), and a [`DialError`] that says what failed (DNS, TCP, TLS
 //!   with rustls's reason, the relay's status, the time limit). A
@@ -29,8 +29,9 @@
 //! # async fn run() {
 //! use worker_relay::connect::{Token, Verdict, WorkerHandshake};
 //! use worker_relay::proto::WorkerConfig;
-//! use worker_relay::rt::{self, TokioTimer};
-//! use worker_relay::ws;
+//! use worker_relay::rt;
+//! use worker_relay_hyper::TokioTimer;
+//! use worker_relay_hyper::ws;
 //!
 //! let handshake = WorkerHandshake::new(Token::new("s3cret").ok());
 //! match ws::dial("ws://127.0.0.1:8080/connect", &handshake, ws::DIAL_TIMEOUT).await {
@@ -65,8 +66,6 @@ pub use stream::DialStream;
 #[cfg(feature = "rustls")]
 pub use tls::TlsError;
 
-use crate::connect::WorkerHandshake;
-use crate::frame::{CloseCode, CloseFrame, Message};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -74,6 +73,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_tungstenite::tungstenite::error::Error as WsError;
 use tokio_tungstenite::tungstenite::{self, protocol::WebSocketConfig};
 use tokio_tungstenite::WebSocketStream;
+use worker_relay::connect::WorkerHandshake;
+use worker_relay::frame::{CloseCode, CloseFrame, Message};
 
 pub use tokio_tungstenite::tungstenite::Error;
 

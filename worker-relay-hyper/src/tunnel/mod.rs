@@ -9,7 +9,7 @@
 //!   after the head aborts the stream, so the caller sees it fail. When the
 //!   caller goes away, the service's future is dropped.
 //! - [`Tunnel`] is the whole worker: dial with [`ws::dial`](crate::ws::dial),
-//!   serve, reconnect with the spec's [`Backoff`](crate::connect::Backoff)
+//!   serve, reconnect with the spec's [`Backoff`](worker_relay::connect::Backoff)
 //!   and jitter, until the relay refuses the worker for good. Its dial
 //!   failures are retried and logged through `tracing`; a program without a
 //!   subscriber sees them with [`Tunnel::on_event`] ([`TunnelEvent`]).
@@ -18,7 +18,7 @@
 //! # async fn run() {
 //! use axum::{routing::get, Router};
 //! use worker_relay::connect::Token;
-//! use worker_relay::tunnel::Tunnel;
+//! use worker_relay_hyper::tunnel::Tunnel;
 //!
 //! let app = Router::new().route("/health", get(|| async { "ok" }));
 //! let token = Token::new("s3cret").ok();
@@ -35,14 +35,11 @@ pub use body::{TunnelBody, PEEK_WAIT};
 pub use events::TunnelEvent;
 pub use run::{Jitter, Tunnel, TunnelEnd};
 
-use crate::forward::{request_builder, response_head_from_parts};
-use crate::frame::{CloseCode, Message};
 use crate::observe::worker as observe;
 use crate::observe::{ByteCount, Counted};
-use crate::proto::WorkerConfig;
-use crate::rt::pump::{self, Pump, PumpEnd};
-use crate::rt::{self, DriverError, ResponseSink, TokioTimer};
+use crate::pump::{self, Pump, PumpEnd};
 use crate::BoxError;
+use crate::TokioTimer;
 use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
@@ -52,6 +49,10 @@ use std::future::poll_fn;
 use std::pin::pin;
 use std::time::Duration;
 use tokio::task::JoinSet;
+use worker_relay::forward::{request_builder, response_head_from_parts};
+use worker_relay::frame::{CloseCode, Message};
+use worker_relay::proto::WorkerConfig;
+use worker_relay::rt::{self, DriverError, ResponseSink};
 
 /// Serves one connection with `service` until it ends, each request on its
 /// own task (tasks still running when the connection ends are cancelled).
@@ -270,7 +271,7 @@ where
 /// Answers 500 (`Responder::fail`), its body counted as sent.
 fn answer_500(responder: rt::Responder) {
     observe::request("500");
-    observe::bytes("down", crate::proto::FAILED_BODY.len() as u64);
+    observe::bytes("down", worker_relay::proto::FAILED_BODY.len() as u64);
     responder.fail();
 }
 

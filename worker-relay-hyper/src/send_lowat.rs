@@ -7,7 +7,7 @@
 //! whatever sits there goes out before anything the application sends next:
 //! on a 10 Mbit/s link, seconds. HTTP/2 servers set this option so that
 //! their own scheduler, not the kernel, holds the queue; this crate's
-//! driver does the same with [`SendPacer`](crate::proto::pacer::SendPacer)
+//! driver does the same with [`SendPacer`](worker_relay::proto::pacer::SendPacer)
 //! above it. The bytes in flight (sent, not yet acknowledged) are not
 //! limited, so a link's throughput is unchanged.
 //!
@@ -15,10 +15,9 @@
 //! writer. On loopback a 4 KiB mark took a 1 GiB upload through relay +
 //! worker from 0.89–0.99 s to 1.02–1.11 s (BENCHMARKS.md, "On a slow
 //! link"). So the mark follows the drain rate as the driver's chunk does,
-//! with the same [`SendPacer`](crate::proto::pacer::SendPacer): 4 ms of
+//! with the same [`SendPacer`](worker_relay::proto::pacer::SendPacer): 4 ms of
 //! data, between [`UNSENT_LOWAT`] and [`MAX_UNSENT_LOWAT`].
 
-use crate::proto::pacer::SendPacer;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -27,6 +26,7 @@ use std::time::Instant;
 use tokio::io::Interest;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use worker_relay::proto::pacer::SendPacer;
 
 /// The smallest mark, and the one a connection starts with: 2 KiB (8 ms at
 /// 2 Mbit/s). HTTP/2 servers are commonly given a fixed 16 KiB; on a
@@ -123,7 +123,7 @@ impl PacedTcp {
         let now = Instant::now();
         if !self.waited
             && self.last_write.is_some_and(|t| {
-                now.saturating_duration_since(t) >= crate::proto::pacer::SAMPLE_SPAN
+                now.saturating_duration_since(t) >= worker_relay::proto::pacer::SAMPLE_SPAN
             })
         {
             // The writer had nothing to send for a while: that was not

@@ -1,9 +1,9 @@
 //! What a [`Tunnel`](super::Tunnel) does, told to the program: dial
 //! failures reach it without a `tracing` subscriber.
 
-use crate::rt::{Closed, DriverError};
 use crate::ws;
 use std::time::Duration;
+use worker_relay::rt::{Closed, DriverError};
 
 /// One thing a [`Tunnel`](super::Tunnel) did, given to the callback of
 /// [`Tunnel::on_event`](super::Tunnel::on_event). The tunnel also logs

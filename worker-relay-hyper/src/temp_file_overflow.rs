@@ -1,13 +1,14 @@
 //! The overflow on disk (feature `tempfile`): each slow stream's bytes in
 //! temporary files that have no name from the moment they are made.
 
-use super::overflow::{Budget, Overflow, OverflowFile};
+use crate::budget::Budget;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use worker_relay::rt::{Overflow, OverflowFile};
 
 /// A stream's bytes go into a new file once its last one holds this many,
 /// and a file is freed once it is read to its end: a stream that is read
@@ -36,7 +37,7 @@ const SEGMENT: u64 = 64 << 20;
 /// [`DEFAULT_BUDGET`](Self::DEFAULT_BUDGET)), so one store shared by all of
 /// a gateway's connections bounds them together. An append past it fails,
 /// which gives up that stream alone
-/// ([`BodyError::Overflow`](super::BodyError::Overflow)). A stream's
+/// ([`BodyError::Overflow`](worker_relay::rt::BodyError::Overflow)). A stream's
 /// bytes are in files of up to 64 MiB; a file's bytes return to the budget
 /// when it has been read to its end, or when its stream is dropped. So the
 /// disk in use follows the callers' reading, and the store's open files
@@ -53,7 +54,7 @@ impl TempFileOverflow {
     /// The default budget, 8 GiB for all the streams of the store: room for
     /// eight responses at nginx's `proxy_max_temp_file_size` (1 GiB), or 40
     /// slow callers each 200 MiB behind, or two workers at their 4 GiB
-    /// [`OverflowConfig::max_total`](crate::proto::OverflowConfig::max_total);
+    /// [`OverflowConfig::max_total`](worker_relay::proto::OverflowConfig::max_total);
     /// small enough next to the temporary directory of a server that a flood
     /// of slow callers fails their streams, not the disk.
     pub const DEFAULT_BUDGET: u64 = 8 << 30;

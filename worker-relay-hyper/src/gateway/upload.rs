@@ -23,8 +23,7 @@
 //! (404, 503 and the like, given before any worker saw the request) discard
 //! the body they leave unread the same way ([`discard`]).
 
-use crate::rt::pump::{Pump, PumpEnd};
-use crate::rt::RequestSink;
+use crate::pump::{Pump, PumpEnd};
 use bytes::Buf;
 use http_body::Body;
 use std::future::{poll_fn, Future};
@@ -33,6 +32,7 @@ use std::task::Poll;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use worker_relay::rt::RequestSink;
 
 use super::BoxError;
 
@@ -244,7 +244,7 @@ impl Clocks {
         deadlines: Deadlines,
     ) -> Result<Option<Instant>, UploadEnd>
     where
-        S: crate::rt::pump::BodySink,
+        S: crate::pump::BodySink,
     {
         let waiting = pump.waiting();
         let restart = |clock: Option<(Instant, u64)>, count: u64| match clock {

@@ -9,13 +9,13 @@
 //! flushes whenever its source pauses: an interactive body (send a piece,
 //! wait for the peer's reaction) goes out piece by piece.
 
-use super::{BodyError, RequestSink, ResponseSink};
 use crate::BoxError;
 use bytes::{Buf, Bytes};
 use futures_sink::Sink;
 use http_body::Body;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use worker_relay::rt::{BodyError, RequestSink, ResponseSink};
 
 /// Pieces one poll moves at most before it yields to the executor.
 const PIECES_PER_POLL: usize = 32;
@@ -40,13 +40,13 @@ pub(crate) trait BodySink: Sink<Bytes, Error = BodyError> + Unpin {
 
 impl BodySink for RequestSink {
     fn taken(&self) -> u64 {
-        RequestSink::taken(self)
+        RequestSink::bytes_taken(self)
     }
 }
 
 impl BodySink for ResponseSink {
     fn taken(&self) -> u64 {
-        ResponseSink::taken(self)
+        ResponseSink::bytes_taken(self)
     }
 }
 

@@ -1,17 +1,18 @@
 //! The drivers' clock on tokio (feature `tokio`).
 
-use super::{Sleep, Timer};
 use std::time::Instant;
+use worker_relay::rt::{Sleep, Timer};
 
 /// tokio's clock and sleeps (one clock: `now` is tokio's, so a paused or
-/// advanced test clock moves both), for [`relay`](super::relay) and
-/// [`worker`](super::worker) on a tokio runtime.
+/// advanced test clock moves both), for [`relay`](worker_relay::rt::relay) and
+/// [`worker`](worker_relay::rt::worker) on a tokio runtime.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::time::{Duration, Instant};
-/// use worker_relay::rt::{Timer, TokioTimer};
+/// use worker_relay::rt::Timer;
+/// use worker_relay_hyper::TokioTimer;
 ///
 /// let start = Instant::now();
 /// TokioTimer.sleep_until(start + Duration::from_millis(5)).await;

@@ -41,8 +41,8 @@
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use worker_relay::connect::TokenTable;
-//! use worker_relay::gateway::Gateway;
-//! use worker_relay::server::{serve, ServerConfig};
+//! use worker_relay_hyper::gateway::Gateway;
+//! use worker_relay_hyper::server::{serve, ServerConfig};
 //!
 //! let gateway = Gateway::new(TokenTable::parse("abc ct-abc-1f3a9c27d85e40b6")?);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;

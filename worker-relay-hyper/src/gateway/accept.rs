@@ -3,13 +3,9 @@
 
 use super::Presented;
 use super::{answer, GatewayBody, Inner};
-use crate::connect::{
-    decide_upgrade_at, ConnectRejected, ConnectTarget, Rejected, TokenTable, WorkerId,
-};
-use crate::frame::{CloseCode, Message, SUBPROTOCOL};
-use crate::rt::{self, DriverError, TokioTimer};
 use crate::ws::read_ahead::ReadAhead;
 use crate::ws::WsSocket;
+use crate::TokioTimer;
 use futures_core::Stream;
 use futures_sink::Sink;
 use http::header::{self, HeaderValue};
@@ -21,6 +17,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use worker_relay::connect::{
+    decide_upgrade_at, ConnectRejected, ConnectTarget, Rejected, TokenTable, WorkerId,
+};
+use worker_relay::frame::{CloseCode, Message, SUBPROTOCOL};
+use worker_relay::rt::{self, DriverError};
 
 /// Answers a worker's upgrade request and, on 101, spawns the connection's
 /// task. Needs a hyper server with upgrades enabled (hyper's
@@ -28,7 +29,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 /// [`server::serve`](crate::server::serve)).
 ///
 /// At `<connect path>/<id>` the token must be `<id>`'s
-/// ([`decide_upgrade_for`](crate::connect::decide_upgrade_for)); at the
+/// ([`decide_upgrade_for`](worker_relay::connect::decide_upgrade_for)); at the
 /// connect path itself, or any path that is not under it (a `Connect`
 /// service routed elsewhere), the token alone names the worker.
 pub(super) async fn accept<B>(inner: &Arc<Inner>, req: Request<B>) -> Response<GatewayBody> {
@@ -199,7 +200,7 @@ fn decide<B>(
     let headers = req
         .headers()
         .iter()
-        .map(|(n, v)| (n.as_str(), crate::connect::http::header_text(v)));
+        .map(|(n, v)| (n.as_str(), worker_relay::connect::http::header_text(v)));
     match decide_upgrade_at(table, target, headers) {
         Ok(accepted) => Ok(accepted.into_worker()),
         Err(ConnectRejected::Handshake(Rejected::UnknownToken)) if inner.authorize.is_some() => {
@@ -208,8 +209,12 @@ fn decide<B>(
             let token = req
                 .headers()
                 .get(header::AUTHORIZATION)
-                .map(crate::connect::http::header_text)
-                .and_then(|v| crate::connect::bearer_token(&v).ok().map(str::to_owned));
+                .map(worker_relay::connect::http::header_text)
+                .and_then(|v| {
+                    worker_relay::connect::bearer_token(&v)
+                        .ok()
+                        .map(str::to_owned)
+                });
             let Some(token) = token else {
                 return Err(Undecided::Refused(refuse(
                     ConnectRejected::Handshake(Rejected::MalformedAuthorization),

@@ -141,8 +141,8 @@ impl Access {
     }
 
     /// The response body failed after the response started.
-    pub fn failed_with(&mut self, e: &crate::rt::BodyError) {
-        use crate::rt::BodyError;
+    pub fn failed_with(&mut self, e: &worker_relay::rt::BodyError) {
+        use worker_relay::rt::BodyError;
         self.over = true;
         self.failed = true;
         self.end = match e {

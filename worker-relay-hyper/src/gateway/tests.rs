@@ -4,8 +4,6 @@
 //! left.
 
 use super::{Gateway, GatewayBuilder, Presented};
-use crate::connect::{TokenTable, WorkerId};
-use crate::frame::{CloseCode, Message, SUBPROTOCOL};
 use bytes::Bytes;
 use futures::channel::mpsc;
 use futures::{Sink, SinkExt, Stream, StreamExt};
@@ -16,6 +14,8 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tower::Service;
+use worker_relay::connect::{TokenTable, WorkerId};
+use worker_relay::frame::{CloseCode, Message, SUBPROTOCOL};
 
 /// One end of an in-memory WebSocket.
 struct Mem {
@@ -258,10 +258,10 @@ async fn a_connected_worker_is_not_forgotten() {
     assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
     // Connected (as the hook's upgrade would have done) for 10 minutes.
     let (relay_side, worker_side) = socket_pair();
-    let (handle, driver) = crate::rt::relay(
+    let (handle, driver) = worker_relay::rt::relay(
         relay_side,
-        crate::rt::TokioTimer,
-        crate::proto::RelayConfig::default(),
+        crate::TokioTimer,
+        worker_relay::proto::RelayConfig::default(),
     );
     let registration = gateway
         .inner

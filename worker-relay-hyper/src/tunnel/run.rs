@@ -2,14 +2,14 @@
 
 use super::events::{self, Observer, TunnelEvent};
 use super::TunnelBody;
-use crate::connect::{Backoff, BackoffConfig, Refused, Token, Verdict, WorkerHandshake};
-use crate::proto::WorkerConfig;
-use crate::rt::{Closed, DriverError};
 use crate::ws;
 use crate::BoxError;
 use http::{Request, Response};
 use http_body::Body;
 use std::time::Duration;
+use worker_relay::connect::{Backoff, BackoffConfig, Refused, Token, Verdict, WorkerHandshake};
+use worker_relay::proto::WorkerConfig;
+use worker_relay::rt::{Closed, DriverError};
 
 /// A source of numbers uniform in `[0, 1)` for the backoff's jitter.
 pub type Jitter = Box<dyn FnMut() -> f64 + Send>;
@@ -253,14 +253,14 @@ impl std::fmt::Debug for Tunnel {
 }
 
 /// Whether the relay closed the connection because a newer one of this
-/// worker replaced it: [`CloseCode::REPLACED`](crate::frame::CloseCode::REPLACED),
+/// worker replaced it: [`CloseCode::REPLACED`](worker_relay::frame::CloseCode::REPLACED),
 /// or (relays before it, for one release) 1008 with the reason
-/// [`REPLACED`](crate::connect::REPLACED).
+/// [`REPLACED`](worker_relay::connect::REPLACED).
 fn replaced(result: &Result<Closed, DriverError<ws::Error>>) -> bool {
-    use crate::frame::CloseCode;
+    use worker_relay::frame::CloseCode;
     matches!(result, Ok(Closed::ByPeer(Some(f)))
         if f.code == CloseCode::REPLACED
-            || (f.code == CloseCode::POLICY_VIOLATION && f.reason == crate::connect::REPLACED))
+            || (f.code == CloseCode::POLICY_VIOLATION && f.reason == worker_relay::connect::REPLACED))
 }
 
 fn log_end(result: &Result<Closed, DriverError<ws::Error>>) {
@@ -297,7 +297,7 @@ fn random_unit() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::{CloseCode, CloseFrame};
+    use worker_relay::frame::{CloseCode, CloseFrame};
 
     fn by_peer(code: u16, reason: &str) -> Result<Closed, DriverError<ws::Error>> {
         Ok(Closed::ByPeer(Some(CloseFrame {
@@ -310,11 +310,11 @@ mod tests {
     /// reason (relays of earlier versions), not "token revoked".
     #[test]
     fn a_replaced_close_is_4000_or_the_old_1008_with_its_reason() {
-        assert!(replaced(&by_peer(4000, crate::connect::REPLACED)));
+        assert!(replaced(&by_peer(4000, worker_relay::connect::REPLACED)));
         assert!(replaced(&by_peer(4000, "")));
-        assert!(replaced(&by_peer(1008, crate::connect::REPLACED)));
+        assert!(replaced(&by_peer(1008, worker_relay::connect::REPLACED)));
         assert!(!replaced(&by_peer(1008, "token revoked")));
-        assert!(!replaced(&by_peer(1001, crate::connect::REPLACED)));
+        assert!(!replaced(&by_peer(1001, worker_relay::connect::REPLACED)));
         assert!(!replaced(&Ok(Closed::ByPeer(None))));
     }
 }

@@ -3,12 +3,7 @@
 use super::access::Access;
 use super::upload::{after, discard, Upload, UploadEnd};
 use super::{answer, BoxError, GatewayBody, Inner};
-use crate::connect::UrlError;
-use crate::connect::WorkerId;
-use crate::forward::{request_head_from_parts, response_builder, HttpError};
 use crate::observe::Counted;
-use crate::proto::OpenError;
-use crate::rt::{RelayError, RequestSink, ResponseFuture};
 use futures_sink::Sink;
 use http::{Request, Response, StatusCode};
 use http_body::Body;
@@ -16,6 +11,11 @@ use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use worker_relay::connect::UrlError;
+use worker_relay::connect::WorkerId;
+use worker_relay::forward::{request_head_from_parts, response_builder, HttpError};
+use worker_relay::proto::OpenError;
+use worker_relay::rt::{RelayError, RequestSink, ResponseFuture};
 
 /// Forwards one request: maps it to its worker, streams the body up while
 /// the answer is awaited, and streams the answer back. Every refusal is an
@@ -162,7 +162,7 @@ async fn exchange<B>(
 ) -> Result<
     (
         Option<Upload>,
-        Result<crate::rt::WorkerResponse, RelayError>,
+        Result<worker_relay::rt::WorkerResponse, RelayError>,
     ),
     Response<GatewayBody>,
 >
@@ -228,7 +228,7 @@ where
 /// `worker`'s connection; if it has none, the first one it makes within
 /// the reconnect wait (none while the gateway drains). The wait is woken
 /// by `worker`'s own news only.
-async fn connected(inner: &Inner, worker: &WorkerId) -> Option<crate::rt::RelayHandle> {
+async fn connected(inner: &Inner, worker: &WorkerId) -> Option<worker_relay::rt::RelayHandle> {
     if let Some(handle) = inner.registry.handle(worker.as_str()) {
         return Some(handle);
     }

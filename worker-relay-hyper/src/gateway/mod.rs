@@ -46,7 +46,7 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use axum::{routing::get, Router};
 //! use worker_relay::connect::TokenTable;
-//! use worker_relay::gateway::Gateway;
+//! use worker_relay_hyper::gateway::Gateway;
 //!
 //! let gateway = Gateway::new(TokenTable::parse("abc ct-abc-1f3a9c27d85e40b6")?);
 //! let app = Router::new()
@@ -92,10 +92,7 @@ pub use registry::{
     DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLAP_WINDOW, MAX_PRESENCE_CAPACITY,
 };
 
-use crate::connect::{ConnectTarget, TokenTable, UrlMap, WorkerId};
-use crate::frame::{CloseCode, Message};
-use crate::proto::{OverflowConfig, RelayConfig, Stats};
-use crate::rt::{self, Overflow, RelayHandle, TempFileOverflow};
+use crate::TempFileOverflow;
 use futures_core::Stream;
 use futures_sink::Sink;
 use http::{Request, Response, StatusCode};
@@ -106,6 +103,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use worker_relay::connect::{ConnectTarget, TokenTable, UrlMap, WorkerId};
+use worker_relay::frame::{CloseCode, Message};
+use worker_relay::proto::{OverflowConfig, RelayConfig, Stats};
+use worker_relay::rt::{self, Overflow, RelayHandle};
 
 use crate::BoxError;
 
@@ -317,7 +318,7 @@ impl GatewayBuilder {
     /// An asynchronous authorisation hook, for workers that live in a
     /// database rather than in the token table: a handshake whose token the
     /// table does not hold (and not longer than
-    /// [`MAX_PRESENTED_TOKEN`](crate::connect::MAX_PRESENTED_TOKEN)) is
+    /// [`MAX_PRESENTED_TOKEN`](worker_relay::connect::MAX_PRESENTED_TOKEN)) is
     /// decided by `hook`, given the token, the id the URL names
     /// (`/connect/<id>`) if any, and the peer's address. Its answer is the
     /// worker (refused 401 if the URL names another) or the status to
@@ -338,7 +339,7 @@ impl GatewayBuilder {
     /// ```
     /// use http::StatusCode;
     /// use worker_relay::connect::{TokenTable, WorkerId};
-    /// use worker_relay::gateway::{Gateway, Presented};
+    /// use worker_relay_hyper::gateway::{Gateway, Presented};
     ///
     /// /// Stands for a database query.
     /// async fn worker_of(token: &str) -> Option<String> {
@@ -439,12 +440,11 @@ impl Gateway {
 
     /// Settings for a gateway for the workers of `tokens`.
     pub fn builder(tokens: TokenTable) -> GatewayBuilder {
+        let mut overflow = OverflowConfig::default();
+        overflow.memory_per_stream = 256 << 10;
+        overflow.spill_after = SPILL_AFTER;
         let relay = RelayConfig::builder()
-            .overflow(Some(OverflowConfig {
-                memory_per_stream: 256 << 10,
-                spill_after: SPILL_AFTER,
-                ..OverflowConfig::default()
-            }))
+            .overflow(Some(overflow))
             .build()
             .expect("the default settings are valid");
         GatewayBuilder {
@@ -722,7 +722,7 @@ pub struct Connect(Arc<Inner>);
 /// Forwards callers' requests to their workers (see the
 /// [module docs](self)): a `tower::Service` for any request body, never
 /// failing (the relay's own answers are 400, 401, 404, 405, 408, 414, 431,
-/// 502, 503 and 504; [`errors`](crate::errors) says which failure is
+/// 502, 503 and 504; [`errors`](worker_relay::errors) says which failure is
 /// which). Get it from
 /// [`Gateway::forward`]; clones share the gateway.
 #[derive(Clone)]
