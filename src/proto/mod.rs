@@ -65,9 +65,7 @@ pub use relay::{
     OverflowConfig, RelayConfig, RelayConfigBuilder, RelayConnection, RelayEnd, RelayEvent,
 };
 pub use stats::Stats;
-#[cfg(feature = "tunnel")]
-pub(crate) use worker::FAILED_BODY;
-pub use worker::{WorkerConnection, WorkerEnd, WorkerEvent, MAX_PENDING_REFUSALS};
+pub use worker::{WorkerConnection, WorkerEnd, WorkerEvent, FAILED_BODY, MAX_PENDING_REFUSALS};
 pub use worker_config::{WorkerConfig, WorkerConfigBuilder};
 
 /// Whether a request is one of the protocol's control routes, which the

@@ -19,8 +19,10 @@ use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-/// The body of the 500 a stream failed before its response gets.
-pub(crate) const FAILED_BODY: &[u8] = b"Internal Server Error";
+/// The body [`WorkerConnection::fail`] sends before a head: the text of the
+/// 500 response a stream failed before its response gets (`text/plain`, no
+/// Content-Length), as Strata's worker sends it.
+pub const FAILED_BODY: &[u8] = b"Internal Server Error";
 
 /// Refusals (400 for a malformed request, 503 over `max_streams`, `abort`
 /// for a request body that broke its Content-Length) the worker queues
