@@ -1,7 +1,7 @@
 //! The socket loop both drivers share: transmit, receive (only while the
 //! machine wants to read), and the machine's timer.
 
-use super::side::{lock, Side};
+use super::side::{lock, SharedState};
 use super::timer::{Sleep, Timer};
 use crate::frame::{CloseCode, CloseFrame, Message};
 use crate::proto::pacer::SendPacer;
@@ -225,7 +225,11 @@ where
     /// held across a step on the socket: a handle on another thread (a
     /// caller opening a request, a body read) never waits for a `sendto`
     /// or a `recvfrom`.
-    pub fn poll_io<Sh: Side>(&mut self, shared: &Mutex<Sh>, cx: &mut Context<'_>) -> Pass<E> {
+    pub fn poll_io<Sh: SharedState>(
+        &mut self,
+        shared: &Mutex<Sh>,
+        cx: &mut Context<'_>,
+    ) -> Pass<E> {
         let now = self.timer.now();
         {
             let mut sh = lock(shared);
@@ -314,7 +318,7 @@ where
     /// frame queued now goes after all of it. So on a slow link, where the
     /// pacer's chunk is a few milliseconds of data, the next message is
     /// chosen only once the last batch is below us.
-    fn transmit<Sh: Side>(
+    fn transmit<Sh: SharedState>(
         &mut self,
         shared: &Mutex<Sh>,
         cx: &mut Context<'_>,
@@ -379,7 +383,7 @@ where
     /// paused between its `wants_read()` and the message: it then hands
     /// the message back, and the driver holds it (one message, at most
     /// 1 MiB + 4 bytes) until the machine wants to read again.
-    fn receive<Sh: Side>(
+    fn receive<Sh: SharedState>(
         &mut self,
         shared: &Mutex<Sh>,
         cx: &mut Context<'_>,
@@ -432,7 +436,7 @@ where
     }
 
     /// Follows the machine's deadline with the sleep; true if it fired.
-    fn tick<Sh: Side>(&mut self, shared: &Mutex<Sh>, cx: &mut Context<'_>) -> bool {
+    fn tick<Sh: SharedState>(&mut self, shared: &Mutex<Sh>, cx: &mut Context<'_>) -> bool {
         let deadline = lock(shared).conn().poll_timeout();
         if self.sleep.as_ref().map(|(d, _)| *d) != deadline {
             self.sleep = deadline.map(|d| (d, self.timer.sleep_until(d)));
@@ -448,7 +452,7 @@ where
         false
     }
 
-    fn fail<Sh: Side>(&mut self, shared: &Mutex<Sh>, e: E) -> Pass<E> {
+    fn fail<Sh: SharedState>(&mut self, shared: &Mutex<Sh>, e: E) -> Pass<E> {
         let mut sh = lock(shared);
         let m = sh.conn();
         // After the peer's close, a socket that fails (the peer closed it

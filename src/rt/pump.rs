@@ -40,13 +40,13 @@ pub(crate) trait BodySink: Sink<Bytes, Error = BodyError> + Unpin {
 
 impl BodySink for RequestSink {
     fn taken(&self) -> u64 {
-        RequestSink::taken(self)
+        RequestSink::bytes_taken(self)
     }
 }
 
 impl BodySink for ResponseSink {
     fn taken(&self) -> u64 {
-        ResponseSink::taken(self)
+        ResponseSink::bytes_taken(self)
     }
 }
 
