@@ -6,8 +6,7 @@ use super::timer::{Sleep, Timer};
 use crate::frame::{CloseCode, CloseFrame, Message};
 use crate::proto::pacer::SendPacer;
 use crate::proto::{
-    BodyRead, CloseCause, FinishError, HandleError, RelayConnection, StreamKey, WorkerConnection,
-    WriteError,
+    BodyRead, CloseCause, Connection, FinishError, HandleError, Side, StreamKey, WriteError,
 };
 use bytes::Bytes;
 use futures_core::Stream;
@@ -40,61 +39,56 @@ pub(crate) trait Machine {
     fn set_chunk_size(&mut self, n: usize);
 }
 
-macro_rules! impl_machine {
-    ($t:ty, $server:expr) => {
-        impl Machine for $t {
-            const SERVER: bool = $server;
-            fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
-                <$t>::handle_message(self, msg, now)
-            }
-            fn handle_lost(&mut self) {
-                <$t>::handle_lost(self)
-            }
-            fn handle_timeout(&mut self, now: Instant) {
-                <$t>::handle_timeout(self, now)
-            }
-            fn advance_time(&mut self, now: Instant) {
-                <$t>::advance_time(self, now)
-            }
-            fn close_timed_out(&self) -> bool {
-                <$t>::close_timed_out(self)
-            }
-            fn poll_transmit(&mut self) -> Option<Message> {
-                <$t>::poll_transmit(self)
-            }
-            fn poll_timeout(&self) -> Option<Instant> {
-                <$t>::poll_timeout(self)
-            }
-            fn wants_read(&self) -> bool {
-                <$t>::wants_read(self)
-            }
-            fn is_closed(&self) -> bool {
-                <$t>::is_closed(self)
-            }
-            fn close_cause(&self) -> Option<&CloseCause> {
-                <$t>::close_cause(self)
-            }
-            fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
-                <$t>::send_body(self, key, data)
-            }
-            fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
-                <$t>::finish(self, key)
-            }
-            fn read_body(&mut self, key: StreamKey) -> BodyRead {
-                <$t>::read_body(self, key)
-            }
-            fn chunk_size(&self) -> usize {
-                <$t>::chunk_size(self)
-            }
-            fn set_chunk_size(&mut self, n: usize) {
-                <$t>::set_chunk_size(self, n)
-            }
-        }
-    };
+/// Either side's machine: what both have the same way is called directly,
+/// the rest through the side's hooks.
+impl<P: Side> Machine for Connection<P> {
+    const SERVER: bool = P::SERVER;
+    fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
+        P::handle_message(self, msg, now)
+    }
+    fn handle_lost(&mut self) {
+        Connection::handle_lost(self)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        P::handle_timeout(self, now)
+    }
+    fn advance_time(&mut self, now: Instant) {
+        Connection::advance_time(self, now)
+    }
+    fn close_timed_out(&self) -> bool {
+        Connection::close_timed_out(self)
+    }
+    fn poll_transmit(&mut self) -> Option<Message> {
+        P::poll_transmit(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        P::poll_timeout(self)
+    }
+    fn wants_read(&self) -> bool {
+        P::wants_read(self)
+    }
+    fn is_closed(&self) -> bool {
+        Connection::is_closed(self)
+    }
+    fn close_cause(&self) -> Option<&CloseCause> {
+        Connection::close_cause(self)
+    }
+    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
+        P::send_body(self, key, data)
+    }
+    fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
+        P::finish(self, key)
+    }
+    fn read_body(&mut self, key: StreamKey) -> BodyRead {
+        P::read_body(self, key)
+    }
+    fn chunk_size(&self) -> usize {
+        Connection::chunk_size(self)
+    }
+    fn set_chunk_size(&mut self, n: usize) {
+        Connection::set_chunk_size(self, n)
+    }
 }
-
-impl_machine!(RelayConnection, true);
-impl_machine!(WorkerConnection, false);
 
 /// How a connection ended in good order: a driver's `Ok` value.
 #[derive(Debug, Clone, PartialEq, Eq)]
