@@ -14,7 +14,12 @@ use std::time::Instant;
 /// What both sides do the same way is written once, for every `P: Side`;
 /// what only one side does is in that side's `impl` block. The trait is
 /// sealed: these two are the protocol's only sides.
-pub trait Side: sealed::Sealed {}
+pub trait Side: sealed::Sealed {
+    /// What a [`Connection`] of this side tells the application
+    /// ([`poll_event`](Connection::poll_event)): a
+    /// [`RelayEvent`](super::RelayEvent) or a [`WorkerEvent`](super::WorkerEvent).
+    type Event: std::fmt::Debug;
+}
 
 /// The relay side: the WebSocket server that turns HTTP requests into frames
 /// for the worker. An uninhabited marker: [`RelayConnection`](super::RelayConnection)
@@ -29,8 +34,13 @@ pub enum Relay {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Worker {}
 
-impl Side for Relay {}
-impl Side for Worker {}
+impl Side for Relay {
+    type Event = super::RelayEvent;
+}
+
+impl Side for Worker {
+    type Event = super::WorkerEvent;
+}
 
 pub(crate) mod sealed {
     use super::*;
@@ -49,8 +59,6 @@ pub(crate) mod sealed {
         /// exchanged (RFC 6455 §7.1.1); the client (the worker) waits for it.
         const SERVER: bool;
 
-        /// What the machine tells the application.
-        type Event: std::fmt::Debug;
         /// The machine's record of one stream.
         type Stream: std::fmt::Debug;
         /// The machine's own state besides what both sides hold.
@@ -59,7 +67,9 @@ pub(crate) mod sealed {
         type Extra: std::fmt::Debug + Clone + Default;
 
         /// The event that says a stream's sink may take bytes again.
-        fn writable(key: StreamKey) -> Self::Event;
+        fn writable(key: StreamKey) -> <Self as Side>::Event
+        where
+            Self: Side;
 
         /// Checks a configuration before its builder hands it out.
         fn validate(config: &Config<Self>) -> Result<(), ConfigError>

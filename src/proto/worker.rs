@@ -133,7 +133,6 @@ impl Sealed for Worker {
     const CONFIG_NAME: &'static str = "WorkerConfig";
     const CONFIG_BUILDER_NAME: &'static str = "WorkerConfigBuilder";
     const SERVER: bool = false;
-    type Event = WorkerEvent;
     type Stream = Stream;
     type State = WorkerState;
     type Extra = ();

@@ -143,7 +143,6 @@ impl Sealed for Relay {
     const CONFIG_NAME: &'static str = "RelayConfig";
     const CONFIG_BUILDER_NAME: &'static str = "RelayConfigBuilder";
     const SERVER: bool = true;
-    type Event = RelayEvent;
     type Stream = Stream;
     type State = RelayState;
     type Extra = RelayExtra;
