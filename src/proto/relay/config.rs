@@ -79,9 +79,7 @@ impl Config<Relay> {
     pub fn overflow(&self) -> Option<OverflowConfig> {
         self.extra.overflow
     }
-}
 
-impl Config<Relay> {
     /// The longest the application may read nothing of a stream whose
     /// response data waits for it (nor send any of its request body),
     /// before that stream is given up ([`RelayEnd::CallerStalled`]: the
@@ -100,9 +98,7 @@ impl Config<Relay> {
     pub fn read_pause_timeout(&self) -> Duration {
         self.extra.read_pause_timeout.0
     }
-}
 
-impl Config<Relay> {
     /// Methods `open_stream` refuses
     /// ([`OpenError::MethodNotAllowed`](super::OpenError::MethodNotAllowed):
     /// 405), compared case-insensitively. Default `CONNECT` (a tunnel the
