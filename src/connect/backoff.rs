@@ -1,7 +1,7 @@
 //! Reconnect backoff: exponential delay with "equal jitter", randomness
 //! supplied by the caller.
 
-use crate::proto::config::{at_least_one, config_builder, positive, ConfigError};
+use crate::proto::config::{at_least_one, positive, ConfigError};
 use std::time::Duration;
 
 /// Backoff settings. The defaults are the spec's: start at 1 s, double,
@@ -34,18 +34,66 @@ impl Default for BackoffConfig {
     }
 }
 
-config_builder! {
-    /// Builds a [`BackoffConfig`]: each setter is documented on the getter
-    /// of the same name.
-    BackoffConfigBuilder for BackoffConfig {
-        /// The delay after a successful handshake and before the first
-        /// attempt's retry (default 1 s); longer than zero.
-        initial: Duration,
-        /// The largest delay (default 60 s); at least `initial`.
-        max: Duration,
-        /// What the delay is multiplied by on each consecutive failure
-        /// (default 2; 1 is a constant delay).
-        multiplier: u32,
+impl BackoffConfig {
+    /// The delay after a successful handshake and before the first
+    /// attempt's retry (default 1 s); longer than zero.
+    pub fn initial(&self) -> Duration {
+        self.initial
+    }
+
+    /// The largest delay (default 60 s); at least `initial`.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// What the delay is multiplied by on each consecutive failure
+    /// (default 2; 1 is a constant delay).
+    pub fn multiplier(&self) -> u32 {
+        self.multiplier
+    }
+
+    /// A builder starting from the defaults.
+    pub fn builder() -> BackoffConfigBuilder {
+        BackoffConfigBuilder(BackoffConfig::default())
+    }
+
+    /// A builder starting from this configuration.
+    pub fn to_builder(&self) -> BackoffConfigBuilder {
+        BackoffConfigBuilder(*self)
+    }
+}
+
+/// Builds a [`BackoffConfig`]: each setter is documented on the getter
+/// of the same name.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct BackoffConfigBuilder(BackoffConfig);
+
+impl BackoffConfigBuilder {
+    /// The delay after a successful handshake and before the first
+    /// attempt's retry (default 1 s); longer than zero.
+    pub fn initial(mut self, value: Duration) -> Self {
+        self.0.initial = value;
+        self
+    }
+
+    /// The largest delay (default 60 s); at least `initial`.
+    pub fn max(mut self, value: Duration) -> Self {
+        self.0.max = value;
+        self
+    }
+
+    /// What the delay is multiplied by on each consecutive failure
+    /// (default 2; 1 is a constant delay).
+    pub fn multiplier(mut self, value: u32) -> Self {
+        self.0.multiplier = value;
+        self
+    }
+
+    /// The configuration, or why it is refused.
+    pub fn build(self) -> Result<BackoffConfig, ConfigError> {
+        self.0.validate()?;
+        Ok(self.0)
     }
 }
 

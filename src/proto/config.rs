@@ -1,8 +1,10 @@
-//! What the configurations share: the error a builder returns, the checks,
-//! and the macro that writes each config's getters and its builder.
+//! What the configurations share: [`Config`] and its builder, the error a
+//! builder returns, and the checks.
 
+use super::side::Side;
 use super::KeepaliveConfig;
 use crate::frame::{HeadLimits, MAX_CHUNK_BODY};
+use std::fmt;
 use std::time::Duration;
 
 /// Why a configuration was refused by its builder's `build()`: which
@@ -39,58 +41,13 @@ pub(crate) fn positive(field: &'static str, value: Duration) -> Result<(), Confi
     Ok(())
 }
 
-/// Writes, for a config struct whose fields are `pub(crate)`, a getter per
-/// listed field, `builder()` / `to_builder()`, and a builder with one setter
-/// per field whose `build()` runs the config's `validate()`.
-macro_rules! config_builder {
-    (
-        $(#[$bdoc:meta])*
-        $builder:ident for $cfg:ident {
-            $( $(#[$doc:meta])* $field:ident : $ty:ty ),* $(,)?
-        }
-    ) => {
-        impl $cfg {
-            $( $(#[$doc])* pub fn $field(&self) -> $ty { self.$field } )*
-
-            /// A builder starting from the defaults.
-            pub fn builder() -> $builder {
-                $builder(<$cfg>::default())
-            }
-
-            /// A builder starting from this configuration.
-            pub fn to_builder(&self) -> $builder {
-                $builder(self.clone())
-            }
-        }
-
-        $(#[$bdoc])*
-        #[derive(Debug, Clone)]
-        #[must_use]
-        pub struct $builder($cfg);
-
-        impl $builder {
-            $( $(#[$doc])* pub fn $field(mut self, value: $ty) -> Self {
-                self.0.$field = value;
-                self
-            } )*
-
-            /// The configuration, or why it is refused.
-            pub fn build(self) -> Result<$cfg, $crate::proto::ConfigError> {
-                self.0.validate()?;
-                Ok(self.0)
-            }
-        }
-    };
-}
-pub(crate) use config_builder;
-
 /// How long a closing connection may take to hand its last messages (the
 /// close message last) to a peer before the transport is dropped: 5 s, as
 /// nginx's `lingering_timeout`.
 pub(crate) const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The settings both machines have, with the same defaults and checks
-/// (each config embeds one and exposes it through `common_accessors!`).
+/// (each config embeds one; [`Config`]'s getters read it).
 #[derive(Debug, Clone)]
 pub(crate) struct Common {
     pub max_streams: usize,
@@ -162,66 +119,240 @@ impl Common {
     }
 }
 
-/// Getters on `$cfg` and setters on `$builder` for the [`Common`] settings.
-macro_rules! common_accessors {
-    ($builder:ident for $cfg:ident) => {
-        $crate::proto::config::common_accessors!(@each $builder $cfg
-            /// Streams in flight at once on this connection (held by the
-            /// application, counting those whose body is not read yet).
-            /// Default 1024. A relay refuses more (503); a worker answers 503
-            /// with `Retry-After: 1` itself.
-            max_streams: usize,
-            /// Of `max_streams`, how many only the protocol's control routes
-            /// may use (`GET /health` and `POST /v1/executions/{id}/cancel`,
-            /// see [`is_control_route`](crate::proto::is_control_route)), so a
-            /// burst of long dispatches cannot lock out a cancel or a health
-            /// check. Default 16; must be below `max_streams`.
-            reserved_streams: usize,
-            /// Unread body chunks held in memory per stream (spec: 16).
-            /// Past it a worker pauses reading; a relay sends further chunks
-            /// to its overflow, or pauses reading if it has none.
-            max_unread_chunks: usize,
-            /// Unread body bytes held in memory over all streams before
-            /// reading pauses. Default 64 MiB.
-            max_unread_bytes: usize,
-            /// Body bytes queued to send per stream before its sink is not
-            /// ready. Default 2 MiB; at most `max_queued`.
-            max_queued_per_stream: usize,
-            /// Body bytes queued to send over all streams. Default 8 MiB.
-            max_queued: usize,
-            /// Largest body chunk emitted. Default and maximum 1 MiB.
-            chunk_size: usize,
-            /// Pings and the pong deadline (spec: every 20 s, dead after 20 s
-            /// without a pong, here also without any progress of our output).
-            /// Armed by the first `handle_timeout(now)`. Default: on, with
-            /// the spec's values.
-            keepalive: Option<$crate::proto::KeepaliveConfig>,
-            /// Bounds on every head: a relay refuses a request over them
-            /// (431, 414 or 400) and fails a response over them (502); a
-            /// worker answers a request over them itself. Every bound must be
-            /// at least 1.
-            head_limits: $crate::frame::HeadLimits,
-            /// How long a closing connection may wait for the peer to take
-            /// what is left to send (the close message last) and for the
-            /// socket to close: past it, the machine's `close_timed_out()`
-            /// turns true and a driver drops the transport, whatever is still unsent. It runs
-            /// from the moment the connection starts closing, whoever closed
-            /// it, so a peer that stops reading cannot keep a closing
-            /// connection (its task, socket and buffers) alive. Default 5 s
-            /// (nginx's `lingering_timeout`); longer than zero.
-            close_timeout: std::time::Duration,
-        );
-    };
-    (@each $builder:ident $cfg:ident $( $(#[$doc:meta])* $field:ident : $ty:ty ),* $(,)?) => {
-        impl $cfg {
-            $( $(#[$doc])* pub fn $field(&self) -> $ty { self.common.$field } )*
-        }
-        impl $builder {
-            $( $(#[$doc])* pub fn $field(mut self, value: $ty) -> Self {
-                self.0.common.$field = value;
-                self
-            } )*
-        }
-    };
+/// The bounds of a [`Connection`](super::Connection) of either side:
+/// [`RelayConfig`](super::RelayConfig) (`Config<Relay>`) or
+/// [`WorkerConfig`](super::WorkerConfig) (`Config<Worker>`). Every queue is
+/// finite. Built with [`Config::builder`], which refuses nonsense with a
+/// [`ConfigError`]; read back with the getters.
+///
+/// The settings both sides have are read the same way on either; the
+/// relay's own follow in `impl Config<Relay>`.
+pub struct Config<P: Side> {
+    pub(crate) common: Common,
+    /// The settings only this side has.
+    pub(crate) extra: P::Extra,
 }
-pub(crate) use common_accessors;
+
+impl<P: Side> fmt::Debug for Config<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(P::CONFIG_NAME)
+            .field("common", &self.common)
+            .field("extra", &self.extra)
+            .finish()
+    }
+}
+
+impl<P: Side> Clone for Config<P> {
+    fn clone(&self) -> Self {
+        Config {
+            common: self.common.clone(),
+            extra: self.extra.clone(),
+        }
+    }
+}
+
+impl<P: Side> Default for Config<P> {
+    fn default() -> Self {
+        Config {
+            common: Common::default(),
+            extra: P::Extra::default(),
+        }
+    }
+}
+
+impl<P: Side> Config<P> {
+    /// Streams in flight at once on this connection (held by the
+    /// application, counting those whose body is not read yet).
+    /// Default 1024. A relay refuses more (503); a worker answers 503
+    /// with `Retry-After: 1` itself.
+    pub fn max_streams(&self) -> usize {
+        self.common.max_streams
+    }
+
+    /// Of `max_streams`, how many only the protocol's control routes
+    /// may use (`GET /health` and `POST /v1/executions/{id}/cancel`,
+    /// see [`is_control_route`](crate::proto::is_control_route)), so a
+    /// burst of long dispatches cannot lock out a cancel or a health
+    /// check. Default 16; must be below `max_streams`.
+    pub fn reserved_streams(&self) -> usize {
+        self.common.reserved_streams
+    }
+
+    /// Unread body chunks held in memory per stream (spec: 16).
+    /// Past it a worker pauses reading; a relay sends further chunks
+    /// to its overflow, or pauses reading if it has none.
+    pub fn max_unread_chunks(&self) -> usize {
+        self.common.max_unread_chunks
+    }
+
+    /// Unread body bytes held in memory over all streams before
+    /// reading pauses. Default 64 MiB.
+    pub fn max_unread_bytes(&self) -> usize {
+        self.common.max_unread_bytes
+    }
+
+    /// Body bytes queued to send per stream before its sink is not
+    /// ready. Default 2 MiB; at most `max_queued`.
+    pub fn max_queued_per_stream(&self) -> usize {
+        self.common.max_queued_per_stream
+    }
+
+    /// Body bytes queued to send over all streams. Default 8 MiB.
+    pub fn max_queued(&self) -> usize {
+        self.common.max_queued
+    }
+
+    /// Largest body chunk emitted. Default and maximum 1 MiB.
+    pub fn chunk_size(&self) -> usize {
+        self.common.chunk_size
+    }
+
+    /// Pings and the pong deadline (spec: every 20 s, dead after 20 s
+    /// without a pong, here also without any progress of our output).
+    /// Armed by the first `handle_timeout(now)`. Default: on, with
+    /// the spec's values.
+    pub fn keepalive(&self) -> Option<KeepaliveConfig> {
+        self.common.keepalive
+    }
+
+    /// Bounds on every head: a relay refuses a request over them
+    /// (431, 414 or 400) and fails a response over them (502); a
+    /// worker answers a request over them itself. Every bound must be
+    /// at least 1.
+    pub fn head_limits(&self) -> HeadLimits {
+        self.common.head_limits
+    }
+
+    /// How long a closing connection may wait for the peer to take
+    /// what is left to send (the close message last) and for the
+    /// socket to close: past it, the machine's `close_timed_out()`
+    /// turns true and a driver drops the transport, whatever is still unsent. It runs
+    /// from the moment the connection starts closing, whoever closed
+    /// it, so a peer that stops reading cannot keep a closing
+    /// connection (its task, socket and buffers) alive. Default 5 s
+    /// (nginx's `lingering_timeout`); longer than zero.
+    pub fn close_timeout(&self) -> Duration {
+        self.common.close_timeout
+    }
+
+    /// A builder starting from the defaults.
+    pub fn builder() -> ConfigBuilder<P> {
+        ConfigBuilder(Config::default())
+    }
+
+    /// A builder starting from this configuration.
+    pub fn to_builder(&self) -> ConfigBuilder<P> {
+        ConfigBuilder(self.clone())
+    }
+}
+
+/// Builds a [`Config`]: each setter is documented on the getter of the
+/// same name.
+#[must_use]
+pub struct ConfigBuilder<P: Side>(pub(crate) Config<P>);
+
+impl<P: Side> fmt::Debug for ConfigBuilder<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple(P::CONFIG_BUILDER_NAME)
+            .field(&self.0)
+            .finish()
+    }
+}
+
+impl<P: Side> Clone for ConfigBuilder<P> {
+    fn clone(&self) -> Self {
+        ConfigBuilder(self.0.clone())
+    }
+}
+
+impl<P: Side> ConfigBuilder<P> {
+    /// Streams in flight at once on this connection (held by the
+    /// application, counting those whose body is not read yet).
+    /// Default 1024. A relay refuses more (503); a worker answers 503
+    /// with `Retry-After: 1` itself.
+    pub fn max_streams(mut self, value: usize) -> Self {
+        self.0.common.max_streams = value;
+        self
+    }
+
+    /// Of `max_streams`, how many only the protocol's control routes
+    /// may use (`GET /health` and `POST /v1/executions/{id}/cancel`,
+    /// see [`is_control_route`](crate::proto::is_control_route)), so a
+    /// burst of long dispatches cannot lock out a cancel or a health
+    /// check. Default 16; must be below `max_streams`.
+    pub fn reserved_streams(mut self, value: usize) -> Self {
+        self.0.common.reserved_streams = value;
+        self
+    }
+
+    /// Unread body chunks held in memory per stream (spec: 16).
+    /// Past it a worker pauses reading; a relay sends further chunks
+    /// to its overflow, or pauses reading if it has none.
+    pub fn max_unread_chunks(mut self, value: usize) -> Self {
+        self.0.common.max_unread_chunks = value;
+        self
+    }
+
+    /// Unread body bytes held in memory over all streams before
+    /// reading pauses. Default 64 MiB.
+    pub fn max_unread_bytes(mut self, value: usize) -> Self {
+        self.0.common.max_unread_bytes = value;
+        self
+    }
+
+    /// Body bytes queued to send per stream before its sink is not
+    /// ready. Default 2 MiB; at most `max_queued`.
+    pub fn max_queued_per_stream(mut self, value: usize) -> Self {
+        self.0.common.max_queued_per_stream = value;
+        self
+    }
+
+    /// Body bytes queued to send over all streams. Default 8 MiB.
+    pub fn max_queued(mut self, value: usize) -> Self {
+        self.0.common.max_queued = value;
+        self
+    }
+
+    /// Largest body chunk emitted. Default and maximum 1 MiB.
+    pub fn chunk_size(mut self, value: usize) -> Self {
+        self.0.common.chunk_size = value;
+        self
+    }
+
+    /// Pings and the pong deadline (spec: every 20 s, dead after 20 s
+    /// without a pong, here also without any progress of our output).
+    /// Armed by the first `handle_timeout(now)`. Default: on, with
+    /// the spec's values.
+    pub fn keepalive(mut self, value: Option<KeepaliveConfig>) -> Self {
+        self.0.common.keepalive = value;
+        self
+    }
+
+    /// Bounds on every head: a relay refuses a request over them
+    /// (431, 414 or 400) and fails a response over them (502); a
+    /// worker answers a request over them itself. Every bound must be
+    /// at least 1.
+    pub fn head_limits(mut self, value: HeadLimits) -> Self {
+        self.0.common.head_limits = value;
+        self
+    }
+
+    /// How long a closing connection may wait for the peer to take
+    /// what is left to send (the close message last) and for the
+    /// socket to close: past it, the machine's `close_timed_out()`
+    /// turns true and a driver drops the transport, whatever is still unsent. It runs
+    /// from the moment the connection starts closing, whoever closed
+    /// it, so a peer that stops reading cannot keep a closing
+    /// connection (its task, socket and buffers) alive. Default 5 s
+    /// (nginx's `lingering_timeout`); longer than zero.
+    pub fn close_timeout(mut self, value: Duration) -> Self {
+        self.0.common.close_timeout = value;
+        self
+    }
+
+    /// The configuration, or why it is refused.
+    pub fn build(self) -> Result<Config<P>, ConfigError> {
+        P::validate(&self.0)?;
+        Ok(self.0)
+    }
+}

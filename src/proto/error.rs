@@ -149,16 +149,29 @@ pub enum RefillError {
     },
 }
 
-macro_rules! from_unknown {
-    ($($t:ident),*) => {$(
-        impl From<UnknownStream> for $t {
-            fn from(_: UnknownStream) -> $t {
-                $t::UnknownStream
-            }
-        }
-    )*};
+impl From<UnknownStream> for WriteError {
+    fn from(_: UnknownStream) -> WriteError {
+        WriteError::UnknownStream
+    }
 }
-from_unknown!(WriteError, FinishError, RespondError, RefillError);
+
+impl From<UnknownStream> for FinishError {
+    fn from(_: UnknownStream) -> FinishError {
+        FinishError::UnknownStream
+    }
+}
+
+impl From<UnknownStream> for RespondError {
+    fn from(_: UnknownStream) -> RespondError {
+        RespondError::UnknownStream
+    }
+}
+
+impl From<UnknownStream> for RefillError {
+    fn from(_: UnknownStream) -> RefillError {
+        RefillError::UnknownStream
+    }
+}
 
 /// Why a message was not taken by `handle_message`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,5 +1,11 @@
 //! The sans-IO state machines: [`RelayConnection`] and [`WorkerConnection`].
 //!
+//! Both are one type, [`Connection`], over the [`Side`] it runs
+//! ([`Relay`] or [`Worker`]); their configurations are [`Config`]s built by
+//! a [`ConfigBuilder`] ([`RelayConfig`], [`WorkerConfig`]). What both sides
+//! do the same way is written once; each side's own commands are on its
+//! `Connection<Relay>` or `Connection<Worker>`.
+//!
 //! Each holds one connection's streams. Messages read from the socket go in
 //! through `handle_message`; the application's commands go in through
 //! methods that take a [`StreamKey`]; messages to write come out of
@@ -41,6 +47,7 @@
 mod chunk_pool;
 mod close;
 pub(crate) mod config;
+mod connection;
 mod core;
 mod error;
 mod inbound;
@@ -50,12 +57,14 @@ mod local_map;
 mod outbound;
 pub mod pacer;
 mod relay;
+mod side;
 mod stats;
 mod worker;
 mod worker_config;
 
 pub use close::CloseCause;
-pub use config::ConfigError;
+pub use config::{Config, ConfigBuilder, ConfigError};
+pub use connection::Connection;
 pub use error::{
     FinishError, HandleError, OpenError, RefillError, RespondError, UnknownStream, WriteError,
 };
@@ -64,6 +73,7 @@ pub use keepalive::{Keepalive, KeepaliveConfig};
 pub use relay::{
     OverflowConfig, RelayConfig, RelayConfigBuilder, RelayConnection, RelayEnd, RelayEvent,
 };
+pub use side::{Relay, Side, Worker};
 pub use stats::Stats;
 pub use worker::{WorkerConnection, WorkerEnd, WorkerEvent, FAILED_BODY, MAX_PENDING_REFUSALS};
 pub use worker_config::{WorkerConfig, WorkerConfigBuilder};

@@ -1,12 +1,13 @@
 //! The worker side: turns the relay's frames into requests for the
 //! application, and the application's responses into frames.
 
-use super::core::{default_machine, machine_common, Core, Input};
+use super::config::ConfigError;
+use super::connection::Connection;
+use super::core::Input;
 use super::inbound::{BodyRead, Held, InBody};
 use super::length::{no_body, Length};
-use super::local_map::LocalMap;
 use super::outbound::SendAbort;
-use super::Keepalive;
+use super::side::{sealed::Sealed, Worker};
 use super::{
     CloseCause, FinishError, HandleError, RespondError, Stats, StreamKey, UnknownStream,
     WorkerConfig, WriteError,
@@ -16,12 +17,12 @@ use crate::frame::{
     ResponseHead, StreamId,
 };
 use bytes::Bytes;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::time::Instant;
 
-/// The body of the 500 that [`WorkerConnection::fail`] sends for a stream
-/// that failed before its response head (a tunnel counts it in its
-/// metrics).
+/// The body [`WorkerConnection::fail`] sends before a head: the text of the
+/// 500 response a stream failed before its response gets (`text/plain`, no
+/// Content-Length), as Strata's worker sends it.
 pub const FAILED_BODY: &[u8] = b"Internal Server Error";
 
 /// Refusals (400 for a malformed request, 503 over `max_streams`, `abort`
@@ -89,7 +90,7 @@ enum Resp {
 }
 
 #[derive(Debug)]
-struct Stream {
+pub struct Stream {
     id: StreamId,
     body: InBody,
     /// The request body against its Content-Length.
@@ -115,41 +116,81 @@ struct Stream {
 ///   [`poll_timeout`](Self::poll_timeout).
 /// - Getters: [`wants_read`](Self::wants_read), [`is_closed`](Self::is_closed),
 ///   [`send_capacity`](Self::send_capacity), [`stats`](Self::stats).
-#[derive(Debug)]
-pub struct WorkerConnection {
-    config: WorkerConfig,
-    streams: LocalMap<StreamKey, Stream>,
+pub type WorkerConnection = Connection<Worker>;
+
+/// What only a worker connection keeps.
+#[derive(Debug, Default)]
+pub struct WorkerState {
     /// Keyed by the relay's ids: the standard library's keyed hasher.
     ids: HashMap<StreamId, StreamKey>,
     /// Requests answered at once by the machine itself (400, 503) whose
     /// answer has not gone out yet: a relay `abort` drops it.
     answering: HashMap<StreamId, StreamKey>,
-    next_key: u64,
-    core: Core,
-    events: VecDeque<WorkerEvent>,
-    /// What the request bodies hold (bytes, bodies at the chunk bound).
-    held: Held,
 }
 
-default_machine!(WorkerConnection, WorkerConfig);
+impl Sealed for Worker {
+    const CONNECTION_NAME: &'static str = "WorkerConnection";
+    const CONFIG_NAME: &'static str = "WorkerConfig";
+    const CONFIG_BUILDER_NAME: &'static str = "WorkerConfigBuilder";
+    const SERVER: bool = false;
+    type Stream = Stream;
+    type State = WorkerState;
+    type Extra = ();
 
-impl WorkerConnection {
-    machine_common!(WorkerEvent);
-
-    /// A connection that has just completed its handshake.
-    pub fn new(config: WorkerConfig) -> WorkerConnection {
-        WorkerConnection {
-            core: Core::new(&config.common),
-            config,
-            streams: LocalMap::default(),
-            ids: HashMap::new(),
-            answering: HashMap::new(),
-            next_key: 1,
-            events: VecDeque::new(),
-            held: Held::default(),
-        }
+    fn writable(key: StreamKey) -> WorkerEvent {
+        WorkerEvent::Writable { key }
     }
 
+    fn validate(config: &WorkerConfig) -> Result<(), ConfigError> {
+        config.common.validate()
+    }
+
+    fn end_all(c: &mut WorkerConnection, close: Option<(CloseCode, &str)>, cause: CloseCause) {
+        c.end_all(close, cause)
+    }
+
+    fn wants_read(c: &WorkerConnection) -> bool {
+        c.wants_read()
+    }
+
+    fn handle_message(
+        c: &mut WorkerConnection,
+        msg: Message,
+        now: Instant,
+    ) -> Result<(), HandleError> {
+        c.handle_message(msg, now)
+    }
+
+    fn handle_timeout(c: &mut WorkerConnection, now: Instant) {
+        c.handle_timeout(now)
+    }
+
+    fn poll_transmit(c: &mut WorkerConnection) -> Option<Message> {
+        c.poll_transmit()
+    }
+
+    fn poll_timeout(c: &WorkerConnection) -> Option<Instant> {
+        c.poll_timeout()
+    }
+
+    fn send_body(
+        c: &mut WorkerConnection,
+        key: StreamKey,
+        data: Bytes,
+    ) -> Result<usize, WriteError> {
+        c.send_body(key, data)
+    }
+
+    fn finish(c: &mut WorkerConnection, key: StreamKey) -> Result<(), FinishError> {
+        c.finish(key)
+    }
+
+    fn read_body(c: &mut WorkerConnection, key: StreamKey) -> BodyRead {
+        c.read_body(key)
+    }
+}
+
+impl Connection<Worker> {
     // ----- getters -----
 
     /// Whether the driver may read the next message from the socket. False
@@ -159,7 +200,7 @@ impl WorkerConnection {
     /// closed.
     pub fn wants_read(&self) -> bool {
         !self.core.closed
-            && self.answering.len() < MAX_PENDING_REFUSALS
+            && self.side.answering.len() < MAX_PENDING_REFUSALS
             && self.held.bytes < self.config.common.max_unread_bytes
             && self.held.full == 0
     }
@@ -167,11 +208,6 @@ impl WorkerConnection {
     /// The connection's counters.
     pub fn stats(&self) -> Stats {
         self.core.stats(self.streams.len(), self.held.bytes)
-    }
-
-    /// Bounds in force.
-    pub fn config(&self) -> &WorkerConfig {
-        &self.config
     }
 
     // ----- inputs -----
@@ -353,9 +389,9 @@ impl WorkerConnection {
             self.events.push_back(WorkerEvent::Writable { key });
         }
         if let Some(key) = sent.ended {
-            self.answering.retain(|_, k| *k != key);
+            self.side.answering.retain(|_, k| *k != key);
             if let Some(s) = self.streams.remove(&key) {
-                self.ids.remove(&s.id);
+                self.side.ids.remove(&s.id);
                 self.held
                     .forget(&s.body, self.config.common.max_unread_chunks);
                 let reason = if s.failed {
@@ -384,7 +420,7 @@ impl WorkerConnection {
     fn on_control(&mut self, c: ControlFrame) {
         match c {
             ControlFrame::Request { id, head } => self.on_request(id, head),
-            ControlFrame::End { id } => match self.ids.get(&id) {
+            ControlFrame::End { id } => match self.side.ids.get(&id) {
                 Some(&key) => {
                     let s = self.streams.get_mut(&key).expect("ids and streams agree");
                     if s.body.is_reading() && s.request.short() {
@@ -398,7 +434,7 @@ impl WorkerConnection {
                 }
                 None => self.core.stats.messages_ignored += 1,
             },
-            ControlFrame::Abort { id } => match self.ids.remove(&id) {
+            ControlFrame::Abort { id } => match self.side.ids.remove(&id) {
                 Some(key) => {
                     let s = self.streams.remove(&key).expect("ids and streams agree");
                     self.held
@@ -406,7 +442,7 @@ impl WorkerConnection {
                     self.core.out.abort(key, id, SendAbort::Never);
                     self.ended(key, WorkerEnd::ClientAborted);
                 }
-                None => match self.answering.remove(&id) {
+                None => match self.side.answering.remove(&id) {
                     // Our own refusal has not gone out: it must not now.
                     Some(key) => self.core.out.abort(key, id, SendAbort::Never),
                     None => self.core.stats.messages_ignored += 1,
@@ -425,7 +461,7 @@ impl WorkerConnection {
         let Some(("request", id)) = known else {
             return;
         };
-        if self.ids.contains_key(&id) || self.answering.contains_key(&id) {
+        if self.side.ids.contains_key(&id) || self.side.answering.contains_key(&id) {
             return;
         }
         let status = match err {
@@ -450,12 +486,12 @@ impl WorkerConnection {
     /// head, body and `end` as control messages, dropped if the relay aborts
     /// the id before they have gone out.
     fn answer_now(&mut self, id: StreamId, head: ResponseHead, body: &[u8]) {
-        if self.answering.contains_key(&id) {
+        if self.side.answering.contains_key(&id) {
             return;
         }
         let key = StreamKey(self.next_key);
         self.next_key += 1;
-        self.answering.insert(id, key);
+        self.side.answering.insert(id, key);
         let out = &mut self.core.out;
         out.push_stream_control(key, &ControlFrame::Response { id, head });
         if !body.is_empty() {
@@ -466,7 +502,7 @@ impl WorkerConnection {
     }
 
     fn on_request(&mut self, id: StreamId, head: RequestHead) {
-        if self.ids.contains_key(&id) || self.answering.contains_key(&id) {
+        if self.side.ids.contains_key(&id) || self.side.answering.contains_key(&id) {
             self.core.stats.messages_ignored += 1;
             return;
         }
@@ -487,7 +523,7 @@ impl WorkerConnection {
         let head_request = head.method() == "HEAD";
         let key = StreamKey(self.next_key);
         self.next_key += 1;
-        self.ids.insert(id, key);
+        self.side.ids.insert(id, key);
         self.streams.insert(
             key,
             Stream {
@@ -507,7 +543,7 @@ impl WorkerConnection {
     }
 
     fn on_chunk(&mut self, id: StreamId, data: Bytes) {
-        let Some(&key) = self.ids.get(&id) else {
+        let Some(&key) = self.side.ids.get(&id) else {
             self.core.stats.messages_ignored += 1;
             return;
         };
@@ -537,13 +573,13 @@ impl WorkerConnection {
     /// dropped, `abort` goes out, and the application is told.
     fn protocol_error(&mut self, key: StreamKey) {
         let s = self.streams.remove(&key).expect("open stream");
-        self.ids.remove(&s.id);
+        self.side.ids.remove(&s.id);
         self.held
             .forget(&s.body, self.config.common.max_unread_chunks);
         self.core.out.abort(key, s.id, SendAbort::Always);
         // Like the machine's own refusals: a relay `abort` that crosses this
         // one drops it, and it counts against MAX_PENDING_REFUSALS.
-        self.answering.insert(s.id, key);
+        self.side.answering.insert(s.id, key);
         self.core.stats.protocol_errors += 1;
         self.ended(key, WorkerEnd::ProtocolError);
     }
@@ -553,8 +589,8 @@ impl WorkerConnection {
         if !self.core.mark_closed(close, cause) {
             return;
         }
-        self.ids.clear();
-        self.answering.clear();
+        self.side.ids.clear();
+        self.side.answering.clear();
         let mut keys: Vec<StreamKey> = self.streams.keys().copied().collect();
         keys.sort();
         for key in keys {

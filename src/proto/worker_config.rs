@@ -1,10 +1,11 @@
 //! The worker machine's configuration.
 
-use super::config::{common_accessors, Common, ConfigError};
+use super::config::{Config, ConfigBuilder};
+use super::side::Worker;
 
 /// Bounds of a [`WorkerConnection`](super::WorkerConnection). Every queue is
 /// finite. Built with [`WorkerConfig::builder`], which refuses nonsense with a
-/// [`ConfigError`] (`max_unread_chunks(0)` would refuse even the `end` of a
+/// [`ConfigError`](super::ConfigError) (`max_unread_chunks(0)` would refuse even the `end` of a
 /// GET); read back with the getters.
 ///
 /// ```
@@ -15,38 +16,11 @@ use super::config::{common_accessors, Common, ConfigError};
 /// assert!(WorkerConfig::builder().max_unread_chunks(0).build().is_err());
 /// # Ok::<(), worker_relay::proto::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, Default)]
-pub struct WorkerConfig {
-    pub(crate) common: Common,
-}
+pub type WorkerConfig = Config<Worker>;
 
 /// Builds a [`WorkerConfig`]: each setter is documented on the getter of the
 /// same name.
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct WorkerConfigBuilder(WorkerConfig);
-
-impl WorkerConfig {
-    /// A builder starting from the defaults.
-    pub fn builder() -> WorkerConfigBuilder {
-        WorkerConfigBuilder(WorkerConfig::default())
-    }
-
-    /// A builder starting from this configuration.
-    pub fn to_builder(&self) -> WorkerConfigBuilder {
-        WorkerConfigBuilder(self.clone())
-    }
-}
-
-impl WorkerConfigBuilder {
-    /// The configuration, or why it is refused.
-    pub fn build(self) -> Result<WorkerConfig, ConfigError> {
-        self.0.common.validate()?;
-        Ok(self.0)
-    }
-}
-
-common_accessors!(WorkerConfigBuilder for WorkerConfig);
+pub type WorkerConfigBuilder = ConfigBuilder<Worker>;
 
 #[cfg(test)]
 mod tests {

@@ -1,13 +1,12 @@
 //! The socket loop both drivers share: transmit, receive (only while the
 //! machine wants to read), and the machine's timer.
 
-use super::side::{lock, Side};
+use super::side::{lock, SharedState};
 use super::timer::{Sleep, Timer};
 use crate::frame::{CloseCode, CloseFrame, Message};
 use crate::proto::pacer::SendPacer;
 use crate::proto::{
-    BodyRead, CloseCause, FinishError, HandleError, RelayConnection, StreamKey, WorkerConnection,
-    WriteError,
+    BodyRead, CloseCause, Connection, FinishError, HandleError, Side, StreamKey, WriteError,
 };
 use bytes::Bytes;
 use futures_core::Stream;
@@ -40,61 +39,56 @@ pub(crate) trait Machine {
     fn set_chunk_size(&mut self, n: usize);
 }
 
-macro_rules! impl_machine {
-    ($t:ty, $server:expr) => {
-        impl Machine for $t {
-            const SERVER: bool = $server;
-            fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
-                <$t>::handle_message(self, msg, now)
-            }
-            fn handle_lost(&mut self) {
-                <$t>::handle_lost(self)
-            }
-            fn handle_timeout(&mut self, now: Instant) {
-                <$t>::handle_timeout(self, now)
-            }
-            fn advance_time(&mut self, now: Instant) {
-                <$t>::advance_time(self, now)
-            }
-            fn close_timed_out(&self) -> bool {
-                <$t>::close_timed_out(self)
-            }
-            fn poll_transmit(&mut self) -> Option<Message> {
-                <$t>::poll_transmit(self)
-            }
-            fn poll_timeout(&self) -> Option<Instant> {
-                <$t>::poll_timeout(self)
-            }
-            fn wants_read(&self) -> bool {
-                <$t>::wants_read(self)
-            }
-            fn is_closed(&self) -> bool {
-                <$t>::is_closed(self)
-            }
-            fn close_cause(&self) -> Option<&CloseCause> {
-                <$t>::close_cause(self)
-            }
-            fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
-                <$t>::send_body(self, key, data)
-            }
-            fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
-                <$t>::finish(self, key)
-            }
-            fn read_body(&mut self, key: StreamKey) -> BodyRead {
-                <$t>::read_body(self, key)
-            }
-            fn chunk_size(&self) -> usize {
-                <$t>::chunk_size(self)
-            }
-            fn set_chunk_size(&mut self, n: usize) {
-                <$t>::set_chunk_size(self, n)
-            }
-        }
-    };
+/// Either side's machine: what both have the same way is called directly,
+/// the rest through the side's hooks.
+impl<P: Side> Machine for Connection<P> {
+    const SERVER: bool = P::SERVER;
+    fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
+        P::handle_message(self, msg, now)
+    }
+    fn handle_lost(&mut self) {
+        Connection::handle_lost(self)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        P::handle_timeout(self, now)
+    }
+    fn advance_time(&mut self, now: Instant) {
+        Connection::advance_time(self, now)
+    }
+    fn close_timed_out(&self) -> bool {
+        Connection::close_timed_out(self)
+    }
+    fn poll_transmit(&mut self) -> Option<Message> {
+        P::poll_transmit(self)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        P::poll_timeout(self)
+    }
+    fn wants_read(&self) -> bool {
+        P::wants_read(self)
+    }
+    fn is_closed(&self) -> bool {
+        Connection::is_closed(self)
+    }
+    fn close_cause(&self) -> Option<&CloseCause> {
+        Connection::close_cause(self)
+    }
+    fn send_body(&mut self, key: StreamKey, data: Bytes) -> Result<usize, WriteError> {
+        P::send_body(self, key, data)
+    }
+    fn finish(&mut self, key: StreamKey) -> Result<(), FinishError> {
+        P::finish(self, key)
+    }
+    fn read_body(&mut self, key: StreamKey) -> BodyRead {
+        P::read_body(self, key)
+    }
+    fn chunk_size(&self) -> usize {
+        Connection::chunk_size(self)
+    }
+    fn set_chunk_size(&mut self, n: usize) {
+        Connection::set_chunk_size(self, n)
+    }
 }
-
-impl_machine!(RelayConnection, true);
-impl_machine!(WorkerConnection, false);
 
 /// How a connection ended in good order: a driver's `Ok` value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,7 +219,11 @@ where
     /// held across a step on the socket: a handle on another thread (a
     /// caller opening a request, a body read) never waits for a `sendto`
     /// or a `recvfrom`.
-    pub fn poll_io<Sh: Side>(&mut self, shared: &Mutex<Sh>, cx: &mut Context<'_>) -> Pass<E> {
+    pub fn poll_io<Sh: SharedState>(
+        &mut self,
+        shared: &Mutex<Sh>,
+        cx: &mut Context<'_>,
+    ) -> Pass<E> {
         let now = self.timer.now();
         {
             let mut sh = lock(shared);
@@ -314,7 +312,7 @@ where
     /// frame queued now goes after all of it. So on a slow link, where the
     /// pacer's chunk is a few milliseconds of data, the next message is
     /// chosen only once the last batch is below us.
-    fn transmit<Sh: Side>(
+    fn transmit<Sh: SharedState>(
         &mut self,
         shared: &Mutex<Sh>,
         cx: &mut Context<'_>,
@@ -379,7 +377,7 @@ where
     /// paused between its `wants_read()` and the message: it then hands
     /// the message back, and the driver holds it (one message, at most
     /// 1 MiB + 4 bytes) until the machine wants to read again.
-    fn receive<Sh: Side>(
+    fn receive<Sh: SharedState>(
         &mut self,
         shared: &Mutex<Sh>,
         cx: &mut Context<'_>,
@@ -432,7 +430,7 @@ where
     }
 
     /// Follows the machine's deadline with the sleep; true if it fired.
-    fn tick<Sh: Side>(&mut self, shared: &Mutex<Sh>, cx: &mut Context<'_>) -> bool {
+    fn tick<Sh: SharedState>(&mut self, shared: &Mutex<Sh>, cx: &mut Context<'_>) -> bool {
         let deadline = lock(shared).conn().poll_timeout();
         if self.sleep.as_ref().map(|(d, _)| *d) != deadline {
             self.sleep = deadline.map(|d| (d, self.timer.sleep_until(d)));
@@ -448,7 +446,7 @@ where
         false
     }
 
-    fn fail<Sh: Side>(&mut self, shared: &Mutex<Sh>, e: E) -> Pass<E> {
+    fn fail<Sh: SharedState>(&mut self, shared: &Mutex<Sh>, e: E) -> Pass<E> {
         let mut sh = lock(shared);
         let m = sh.conn();
         // After the peer's close, a socket that fails (the peer closed it

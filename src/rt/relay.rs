@@ -1,9 +1,10 @@
 //! The relay side on any executor: send a request, get the response head and
 //! a body stream, or a typed error.
 
+use super::driver::{Closed, DriverError};
 use super::overflow::{MemoryOverflow, Overflow};
 use super::overflow_io::{Done, Io, StreamStore, APPENDING_MAX};
-use super::side::{self, driver_future, impl_body_sink, lock, poll_body, Side, SinkCore, Wakers};
+use super::side::{self, lock, poll_body, BodySink, DriverCore, SharedState, Wakers};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{Message, RequestHead, ResponseHead};
@@ -16,6 +17,7 @@ use futures_core::Stream;
 use futures_sink::Sink;
 use std::collections::HashMap;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -160,7 +162,7 @@ impl Shared {
     }
 }
 
-impl Side for Shared {
+impl SharedState for Shared {
     type Conn = RelayConnection;
 
     fn conn(&mut self) -> &mut RelayConnection {
@@ -376,9 +378,32 @@ where
     )
 }
 
-driver_future! {
-    /// The future that runs one relay connection; completes when it closes.
-    RelayDriver over Shared
+/// The future that runs one relay connection; completes when it closes.
+pub struct RelayDriver<S, T> {
+    core: DriverCore<Shared, S>,
+    /// The clock is shared with the handles, behind `dyn Timer`.
+    _timer: PhantomData<fn() -> T>,
+}
+
+impl<S, T> RelayDriver<S, T> {
+    fn new(shared: SharedRef, socket: S, timer: Arc<dyn Timer>) -> Self {
+        RelayDriver {
+            core: DriverCore::new(shared, socket, timer),
+            _timer: PhantomData,
+        }
+    }
+}
+
+impl<S, T, E> Future for RelayDriver<S, T>
+where
+    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
+    T: Timer,
+{
+    type Output = Result<Closed, DriverError<E>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().core.poll(cx)
+    }
 }
 
 /// Sends requests over one relay connection.
@@ -436,8 +461,7 @@ impl RelayHandle {
         });
         Ok((
             RequestSink {
-                guard: guard.clone(),
-                core: SinkCore::default(),
+                sink: BodySink::new(guard.clone()),
             },
             ResponseFuture { guard: Some(guard) },
         ))
@@ -488,15 +512,18 @@ type Guard = side::Guard<Shared>;
 
 /// The request body: a [`Sink`] of [`Bytes`]. `close` sends `end`.
 pub struct RequestSink {
-    guard: Arc<Guard>,
-    core: SinkCore,
+    sink: BodySink<Shared>,
 }
 
 impl RequestSink {
     /// Ends a body-less request. Its only failure: a Content-Length that
     /// announced a body (the stream is aborted), an invalid request.
     fn finish_now(&mut self) -> Result<(), OpenError> {
-        match self.core.finish_now(&self.guard.shared, self.guard.key) {
+        match self
+            .sink
+            .core
+            .finish_now(&self.sink.guard.shared, self.sink.guard.key)
+        {
             Err(BodyError::Finish(FinishError::ContentLengthShort { .. })) => {
                 Err(OpenError::InvalidContentLength)
             }
@@ -505,15 +532,42 @@ impl RequestSink {
     }
 }
 
-impl_body_sink!(RequestSink);
+impl RequestSink {
+    /// Bytes the connection has taken from this sink so far (queued to
+    /// send; bytes handed to `start_send` and not yet flushed do not count):
+    /// a measure of the body's progress.
+    pub fn bytes_taken(&self) -> u64 {
+        self.sink.bytes_taken()
+    }
+}
+
+impl Sink<Bytes> for RequestSink {
+    type Error = BodyError;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        Pin::new(&mut self.get_mut().sink).poll_ready(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), BodyError> {
+        Pin::new(&mut self.get_mut().sink).start_send(item)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        Pin::new(&mut self.get_mut().sink).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        Pin::new(&mut self.get_mut().sink).poll_close(cx)
+    }
+}
 
 impl Drop for RequestSink {
     fn drop(&mut self) {
-        if !self.core.closed {
-            let mut sh = lock(&self.guard.shared);
+        if !self.sink.core.closed {
+            let mut sh = lock(&self.sink.guard.shared);
             sh.stamp();
-            sh.conn.abort(self.guard.key);
-            if let Some(slot) = sh.slots.get_mut(&self.guard.key) {
+            sh.conn.abort(self.sink.guard.key);
+            if let Some(slot) = sh.slots.get_mut(&self.sink.guard.key) {
                 // Whoever awaits the response learns it will not come.
                 slot.abandoned = true;
                 slot.wakers.wake_all();

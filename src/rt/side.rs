@@ -10,6 +10,7 @@ use crate::proto::{FinishError, StreamKey, WriteError};
 use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -56,7 +57,7 @@ impl Wakers {
 }
 
 /// A side's state shared between its driver, its handles and its bodies.
-pub(crate) trait Side {
+pub(crate) trait SharedState {
     type Conn: Machine;
     fn conn(&mut self) -> &mut Self::Conn;
     /// Turns the machine's events into wake-ups.
@@ -112,12 +113,12 @@ pub(crate) trait Side {
 }
 
 /// A handle's hold on one stream; the last one to go tells the side.
-pub(crate) struct Guard<Sh: Side> {
+pub(crate) struct Guard<Sh: SharedState> {
     pub shared: Arc<Mutex<Sh>>,
     pub key: StreamKey,
 }
 
-impl<Sh: Side> Drop for Guard<Sh> {
+impl<Sh: SharedState> Drop for Guard<Sh> {
     fn drop(&mut self) {
         let mut sh = lock(&self.shared);
         sh.stamp();
@@ -127,7 +128,7 @@ impl<Sh: Side> Drop for Guard<Sh> {
 
 /// One poll of a body stream (the relay's response body, the worker's
 /// request body): the next piece, the end, or the side's error.
-pub(crate) fn poll_body<Sh: Side>(
+pub(crate) fn poll_body<Sh: SharedState>(
     guard: &Guard<Sh>,
     done: &mut bool,
     cx: &mut Context<'_>,
@@ -167,51 +168,29 @@ pub(crate) fn poll_body<Sh: Side>(
     }
 }
 
-/// A side's driver: the future that runs one connection (`$doc` says which).
-macro_rules! driver_future {
-    ($(#[$doc:meta])* $name:ident over $shared:ty) => {
-        $(#[$doc])*
-        pub struct $name<S, T> {
-            shared: std::sync::Arc<std::sync::Mutex<$shared>>,
-            io: $crate::rt::driver::Io<S>,
-            /// The clock is shared with the handles, behind `dyn Timer`.
-            _timer: std::marker::PhantomData<fn() -> T>,
-        }
-
-        impl<S, T> $name<S, T> {
-            fn new(
-                shared: std::sync::Arc<std::sync::Mutex<$shared>>,
-                socket: S,
-                timer: std::sync::Arc<dyn $crate::rt::Timer>,
-            ) -> Self {
-                $name {
-                    shared,
-                    io: $crate::rt::driver::Io::new(socket, timer),
-                    _timer: std::marker::PhantomData,
-                }
-            }
-        }
-
-        impl<S, T, E> std::future::Future for $name<S, T>
-        where
-            S: futures_core::Stream<Item = Result<$crate::frame::Message, E>>
-                + futures_sink::Sink<$crate::frame::Message, Error = E>
-                + Unpin,
-            T: $crate::rt::Timer,
-        {
-            type Output = Result<$crate::rt::Closed, $crate::rt::DriverError<E>>;
-
-            fn poll(
-                self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<Self::Output> {
-                let this = self.get_mut();
-                $crate::rt::side::poll_driver(&this.shared, &mut this.io, cx)
-            }
-        }
-    };
+/// What each side's driver future holds and does: the shared state and the
+/// socket loop. `RelayDriver` and `WorkerDriver` wrap one each.
+pub(crate) struct DriverCore<Sh, S> {
+    shared: Arc<Mutex<Sh>>,
+    io: Io<S>,
 }
-pub(crate) use driver_future;
+
+impl<Sh: SharedState, S> DriverCore<Sh, S> {
+    pub fn new(shared: Arc<Mutex<Sh>>, socket: S, timer: Arc<dyn Timer>) -> Self {
+        DriverCore {
+            shared,
+            io: Io::new(socket, timer),
+        }
+    }
+
+    /// One poll of the driver future.
+    pub fn poll<E>(&mut self, cx: &mut Context<'_>) -> Poll<Result<Closed, DriverError<E>>>
+    where
+        S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
+    {
+        poll_driver(&self.shared, &mut self.io, cx)
+    }
+}
 
 /// Locks shared state; a panic elsewhere does not poison it for the others.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -226,7 +205,7 @@ pub(crate) fn poll_driver<Sh, S, E>(
     cx: &mut Context<'_>,
 ) -> Poll<Result<Closed, DriverError<E>>>
 where
-    Sh: Side,
+    Sh: SharedState,
     S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
 {
     *lock(shared).driver_waker() = Some(cx.waker().clone());
@@ -259,7 +238,7 @@ pub(crate) struct SinkCore {
 
 impl SinkCore {
     /// Hands the pending piece to the machine as far as its queue allows.
-    pub fn poll_push<Sh: Side>(
+    pub fn poll_push<Sh: SharedState>(
         &mut self,
         shared: &Mutex<Sh>,
         key: StreamKey,
@@ -300,7 +279,7 @@ impl SinkCore {
     }
 
     /// Pushes what is pending, then ends the stream's output.
-    pub fn poll_close<Sh: Side>(
+    pub fn poll_close<Sh: SharedState>(
         &mut self,
         shared: &Mutex<Sh>,
         key: StreamKey,
@@ -317,7 +296,7 @@ impl SinkCore {
     }
 
     /// Ends the stream's output now (nothing may be pending).
-    pub fn finish_now<Sh: Side>(
+    pub fn finish_now<Sh: SharedState>(
         &mut self,
         shared: &Mutex<Sh>,
         key: StreamKey,
@@ -330,53 +309,47 @@ impl SinkCore {
     }
 }
 
-/// `Sink<Bytes>` for a body sink type with fields `guard` (holding `shared`
-/// and `key`) and `core: SinkCore`.
-macro_rules! impl_body_sink {
-    ($t:ty) => {
-        impl $t {
-            /// Bytes the connection has taken from this sink so far: a
-            /// pump's measure of progress (the integration crate's
-            /// gateway and tunnel count a body's bytes with it).
-            pub fn bytes_taken(&self) -> u64 {
-                self.core.taken
-            }
-        }
-
-        impl futures_sink::Sink<bytes::Bytes> for $t {
-            type Error = $crate::rt::BodyError;
-
-            fn poll_ready(
-                self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<Result<(), Self::Error>> {
-                let this = self.get_mut();
-                this.core.poll_push(&this.guard.shared, this.guard.key, cx)
-            }
-
-            fn start_send(
-                self: std::pin::Pin<&mut Self>,
-                item: bytes::Bytes,
-            ) -> Result<(), Self::Error> {
-                self.get_mut().core.start_send(item)
-            }
-
-            fn poll_flush(
-                self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<Result<(), Self::Error>> {
-                let this = self.get_mut();
-                this.core.poll_push(&this.guard.shared, this.guard.key, cx)
-            }
-
-            fn poll_close(
-                self: std::pin::Pin<&mut Self>,
-                cx: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<Result<(), Self::Error>> {
-                let this = self.get_mut();
-                this.core.poll_close(&this.guard.shared, this.guard.key, cx)
-            }
-        }
-    };
+/// A body sink (the relay's request body, the worker's response body): the
+/// stream it writes and the bookkeeping of what it holds. `RequestSink`
+/// and `ResponseSink` wrap one each.
+pub(crate) struct BodySink<Sh: SharedState> {
+    pub guard: Arc<Guard<Sh>>,
+    pub core: SinkCore,
 }
-pub(crate) use impl_body_sink;
+
+impl<Sh: SharedState> BodySink<Sh> {
+    pub fn new(guard: Arc<Guard<Sh>>) -> Self {
+        BodySink {
+            guard,
+            core: SinkCore::default(),
+        }
+    }
+
+    /// Bytes the connection has taken from this sink so far.
+    pub fn bytes_taken(&self) -> u64 {
+        self.core.taken
+    }
+}
+
+impl<Sh: SharedState> Sink<Bytes> for BodySink<Sh> {
+    type Error = BodyError;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        let this = self.get_mut();
+        this.core.poll_push(&this.guard.shared, this.guard.key, cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), BodyError> {
+        self.get_mut().core.start_send(item)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        let this = self.get_mut();
+        this.core.poll_push(&this.guard.shared, this.guard.key, cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        let this = self.get_mut();
+        this.core.poll_close(&this.guard.shared, this.guard.key, cx)
+    }
+}

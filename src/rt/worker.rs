@@ -1,7 +1,8 @@
 //! The worker side on any executor: a stream of incoming requests, each with
 //! its head, a body stream and a responder.
 
-use super::side::{self, driver_future, impl_body_sink, lock, poll_body, Side, SinkCore, Wakers};
+use super::driver::{Closed, DriverError};
+use super::side::{self, lock, poll_body, BodySink, DriverCore, SharedState, Wakers};
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{CloseCode, Message, RequestHead, ResponseHead, StreamId};
@@ -13,6 +14,7 @@ use futures_core::Stream;
 use futures_sink::Sink;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -34,7 +36,7 @@ struct Shared {
     clock: Arc<dyn Timer>,
 }
 
-impl Side for Shared {
+impl SharedState for Shared {
     type Conn = WorkerConnection;
 
     fn conn(&mut self) -> &mut WorkerConnection {
@@ -164,9 +166,32 @@ where
     )
 }
 
-driver_future! {
-    /// The future that runs one worker connection; completes when it closes.
-    WorkerDriver over Shared
+/// The future that runs one worker connection; completes when it closes.
+pub struct WorkerDriver<S, T> {
+    core: DriverCore<Shared, S>,
+    /// The clock is shared with the handles, behind `dyn Timer`.
+    _timer: PhantomData<fn() -> T>,
+}
+
+impl<S, T> WorkerDriver<S, T> {
+    fn new(shared: SharedRef, socket: S, timer: Arc<dyn Timer>) -> Self {
+        WorkerDriver {
+            core: DriverCore::new(shared, socket, timer),
+            _timer: PhantomData,
+        }
+    }
+}
+
+impl<S, T, E> Future for WorkerDriver<S, T>
+where
+    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin,
+    T: Timer,
+{
+    type Output = Result<Closed, DriverError<E>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().core.poll(cx)
+    }
 }
 
 /// The requests arriving on one worker connection: a [`Stream`] that ends
@@ -282,8 +307,7 @@ impl Responder {
         sh.wake_driver();
         drop(sh);
         Ok(ResponseSink {
-            guard: self.guard.clone(),
-            core: SinkCore::default(),
+            sink: BodySink::new(self.guard.clone()),
         })
     }
 
@@ -343,8 +367,7 @@ impl Future for ClientGone {
 /// The response body: a [`Sink`] of [`Bytes`]; `close` sends `end`.
 /// Dropping it before closing fails the response (the relay gets `abort`).
 pub struct ResponseSink {
-    guard: Arc<Guard>,
-    core: SinkCore,
+    sink: BodySink<Shared>,
 }
 
 impl ResponseSink {
@@ -352,17 +375,44 @@ impl ResponseSink {
     /// after the body already flushed. A piece given to `start_send` and
     /// not yet flushed is dropped: flush first to have it sent.
     pub fn fail(mut self) {
-        self.core.closed = true;
-        fail(&self.guard);
+        self.sink.core.closed = true;
+        fail(&self.sink.guard);
     }
 }
 
-impl_body_sink!(ResponseSink);
+impl ResponseSink {
+    /// Bytes the connection has taken from this sink so far (queued to
+    /// send; bytes handed to `start_send` and not yet flushed do not count):
+    /// a measure of the body's progress.
+    pub fn bytes_taken(&self) -> u64 {
+        self.sink.bytes_taken()
+    }
+}
+
+impl Sink<Bytes> for ResponseSink {
+    type Error = BodyError;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        Pin::new(&mut self.get_mut().sink).poll_ready(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Bytes) -> Result<(), BodyError> {
+        Pin::new(&mut self.get_mut().sink).start_send(item)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        Pin::new(&mut self.get_mut().sink).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), BodyError>> {
+        Pin::new(&mut self.get_mut().sink).poll_close(cx)
+    }
+}
 
 impl Drop for ResponseSink {
     fn drop(&mut self) {
-        if !self.core.closed {
-            fail(&self.guard);
+        if !self.sink.core.closed {
+            fail(&self.sink.guard);
         }
     }
 }

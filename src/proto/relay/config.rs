@@ -2,9 +2,8 @@
 
 use super::StreamKey;
 use crate::frame::ResponseHead;
-use crate::proto::config::{
-    at_least_one, common_accessors, config_builder, positive, Common, ConfigError,
-};
+use crate::proto::config::{at_least_one, positive, Config, ConfigBuilder, ConfigError};
+use crate::proto::side::Relay;
 use std::time::Duration;
 
 /// Bounds of a [`RelayConnection`](super::RelayConnection). Every queue is
@@ -25,9 +24,15 @@ use std::time::Duration;
 /// assert!(RelayConfig::builder().max_streams(0).build().is_err());
 /// # Ok::<(), worker_relay::proto::ConfigError>(())
 /// ```
+pub type RelayConfig = Config<Relay>;
+
+/// Builds a [`RelayConfig`]: each setter is documented on the getter of
+/// the same name.
+pub type RelayConfigBuilder = ConfigBuilder<Relay>;
+
+/// The settings only a relay has.
 #[derive(Debug, Clone, Default)]
-pub struct RelayConfig {
-    pub(crate) common: Common,
+pub struct RelayExtra {
     pub(crate) refused_methods: RefusedMethods,
     pub(crate) overflow: Option<OverflowConfig>,
     pub(crate) stall_timeout: StallTimeout,
@@ -64,23 +69,17 @@ impl Default for ReadPauseTimeout {
     }
 }
 
-config_builder! {
-    /// Builds a [`RelayConfig`]: each setter is documented on the getter of
-    /// the same name.
-    RelayConfigBuilder for RelayConfig {
-        /// Where a response goes that its caller reads more slowly than the
-        /// worker sends it: `None` (the default for the bare machine) holds
-        /// it in memory only, and pauses reading for it; `Some` sends it to
-        /// an overflow store the application provides (`poll_spill`,
-        /// `refill`), as nginx buffers to temporary files, so the worker's
-        /// other streams never wait.
-        overflow: Option<OverflowConfig>,
+impl Config<Relay> {
+    /// Where a response goes that its caller reads more slowly than the
+    /// worker sends it: `None` (the default for the bare machine) holds
+    /// it in memory only, and pauses reading for it; `Some` sends it to
+    /// an overflow store the application provides (`poll_spill`,
+    /// `refill`), as nginx buffers to temporary files, so the worker's
+    /// other streams never wait.
+    pub fn overflow(&self) -> Option<OverflowConfig> {
+        self.extra.overflow
     }
-}
 
-common_accessors!(RelayConfigBuilder for RelayConfig);
-
-impl RelayConfig {
     /// The longest the application may read nothing of a stream whose
     /// response data waits for it (nor send any of its request body),
     /// before that stream is given up ([`RelayEnd::CallerStalled`]: the
@@ -89,7 +88,7 @@ impl RelayConfig {
     /// of may wait for the worker's `end`. Default 60 s (nginx's
     /// `send_timeout`).
     pub fn stall_timeout(&self) -> Duration {
-        self.stall_timeout.0
+        self.extra.stall_timeout.0
     }
 
     /// The longest reading may stay paused because responses are not read:
@@ -97,39 +96,38 @@ impl RelayConfig {
     /// Default 10 s: well inside a 20 s / 20 s keepalive, so a worker whose
     /// pings wait unread behind a slow caller's data never gives up on us.
     pub fn read_pause_timeout(&self) -> Duration {
-        self.read_pause_timeout.0
+        self.extra.read_pause_timeout.0
     }
-}
 
-impl RelayConfig {
     /// Methods `open_stream` refuses
     /// ([`OpenError::MethodNotAllowed`](super::OpenError::MethodNotAllowed):
     /// 405), compared case-insensitively. Default `CONNECT` (a tunnel the
     /// protocol cannot carry) and `TRACE` (it would echo the caller's
     /// credentials back through the worker).
     pub fn refused_methods(&self) -> &[String] {
-        &self.refused_methods.0
+        &self.extra.refused_methods.0
     }
 
     /// Whether `open_stream` refuses `method` (see
     /// [`refused_methods`](Self::refused_methods)); a relay can ask before
     /// it maps the request (a `CONNECT` has no path to map).
     pub fn refuses_method(&self, method: &str) -> bool {
-        self.refused_methods
+        self.extra
+            .refused_methods
             .0
             .iter()
             .any(|m| m.eq_ignore_ascii_case(method))
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
         self.common.validate()?;
-        positive("stall_timeout", self.stall_timeout.0)?;
-        positive("read_pause_timeout", self.read_pause_timeout.0)?;
-        if let Some(ov) = &self.overflow {
+        positive("stall_timeout", self.extra.stall_timeout.0)?;
+        positive("read_pause_timeout", self.extra.read_pause_timeout.0)?;
+        if let Some(ov) = &self.extra.overflow {
             at_least_one("overflow.memory_per_stream", ov.memory_per_stream as u64)?;
             at_least_one("overflow.max_per_stream", ov.max_per_stream)?;
             at_least_one("overflow.max_total", ov.max_total)?;
-            if ov.spill_after >= self.read_pause_timeout.0 {
+            if ov.spill_after >= self.extra.read_pause_timeout.0 {
                 return Err(ConfigError::new(
                     "overflow.spill_after",
                     "must be shorter than read_pause_timeout",
@@ -140,26 +138,38 @@ impl RelayConfig {
     }
 }
 
-impl RelayConfigBuilder {
+impl ConfigBuilder<Relay> {
+    /// Where a response goes that its caller reads more slowly than the
+    /// worker sends it: `None` (the default for the bare machine) holds
+    /// it in memory only, and pauses reading for it; `Some` sends it to
+    /// an overflow store the application provides (`poll_spill`,
+    /// `refill`), as nginx buffers to temporary files, so the worker's
+    /// other streams never wait.
+    pub fn overflow(mut self, value: Option<OverflowConfig>) -> Self {
+        self.0.extra.overflow = value;
+        self
+    }
+
     /// See [`RelayConfig::refused_methods`].
     pub fn refused_methods<I, S>(mut self, methods: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.0.refused_methods = RefusedMethods(methods.into_iter().map(Into::into).collect());
+        self.0.extra.refused_methods =
+            RefusedMethods(methods.into_iter().map(Into::into).collect());
         self
     }
 
     /// See [`RelayConfig::stall_timeout`]; longer than zero.
     pub fn stall_timeout(mut self, value: Duration) -> Self {
-        self.0.stall_timeout = StallTimeout(value);
+        self.0.extra.stall_timeout = StallTimeout(value);
         self
     }
 
     /// See [`RelayConfig::read_pause_timeout`]; longer than zero.
     pub fn read_pause_timeout(mut self, value: Duration) -> Self {
-        self.0.read_pause_timeout = ReadPauseTimeout(value);
+        self.0.extra.read_pause_timeout = ReadPauseTimeout(value);
         self
     }
 }

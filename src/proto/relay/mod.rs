@@ -7,24 +7,26 @@ mod config;
 mod slow;
 mod wire;
 
-use super::core::{default_machine, machine_common, Core, Input};
-use super::inbound::{BodyRead, Held, InBody};
+use super::config::ConfigError;
+use super::connection::Connection;
+use super::core::Input;
+use super::inbound::{BodyRead, InBody};
 use super::length::Length;
 use super::local_map::LocalMap;
 use super::outbound::SendAbort;
-use super::Keepalive;
+use super::side::{sealed::Sealed, Relay};
 use super::{
-    CloseCause, FinishError, HandleError, OpenError, RefillError, Stats, StreamKey, UnknownStream,
-    WriteError,
+    CloseCause, FinishError, HandleError, OpenError, RefillError, Stats, StreamKey, WriteError,
 };
 use crate::frame::{CloseCode, ControlFrame, Decoded, Message, RequestHead, StreamId};
 use bytes::Bytes;
+use config::RelayExtra;
 pub use config::{OverflowConfig, RelayConfig, RelayConfigBuilder, RelayEnd, RelayEvent};
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 #[derive(Debug)]
-struct Stream {
+pub struct Stream {
     id: StreamId,
     /// The request direction is still ours to write (no `finish` yet).
     writing: bool,
@@ -99,19 +101,14 @@ impl Stream {
 /// application reads nothing for `stall_timeout`, or that outgrows its
 /// overflow budget, is given up alone ([`RelayEnd::CallerStalled`],
 /// [`RelayEnd::OverflowExceeded`]).
+pub type RelayConnection = Connection<Relay>;
+
+/// What only a relay connection keeps.
 #[derive(Debug)]
-pub struct RelayConnection {
-    config: RelayConfig,
-    streams: LocalMap<StreamKey, Stream>,
+pub struct RelayState {
     /// Ids this side hands out (never the peer's choice).
     ids: LocalMap<StreamId, StreamKey>,
-    next_key: u64,
     next_id: StreamId,
-    core: Core,
-    events: VecDeque<RelayEvent>,
-    /// Unread response bytes held in memory, all streams, and the streams
-    /// holding `max_unread_chunks` unread chunks.
-    held: Held,
     /// Chunks for the overflow store, in order.
     spills: VecDeque<(StreamKey, Bytes)>,
     spill_backlog: usize,
@@ -126,22 +123,11 @@ pub struct RelayConnection {
     waiting_for: Option<(StreamKey, Instant)>,
 }
 
-default_machine!(RelayConnection, RelayConfig);
-
-impl RelayConnection {
-    machine_common!(RelayEvent);
-
-    /// A connection whose handshake has just completed.
-    pub fn new(config: RelayConfig) -> RelayConnection {
-        RelayConnection {
-            streams: LocalMap::default(),
+impl Default for RelayState {
+    fn default() -> RelayState {
+        RelayState {
             ids: LocalMap::default(),
-            next_key: 1,
             next_id: StreamId::MIN,
-            core: Core::new(&config.common),
-            config,
-            events: VecDeque::new(),
-            held: Held::default(),
             spills: VecDeque::new(),
             spill_backlog: 0,
             spilled_total: 0,
@@ -150,7 +136,71 @@ impl RelayConnection {
             waiting_for: None,
         }
     }
+}
 
+impl Sealed for Relay {
+    const CONNECTION_NAME: &'static str = "RelayConnection";
+    const CONFIG_NAME: &'static str = "RelayConfig";
+    const CONFIG_BUILDER_NAME: &'static str = "RelayConfigBuilder";
+    const SERVER: bool = true;
+    type Stream = Stream;
+    type State = RelayState;
+    type Extra = RelayExtra;
+
+    fn writable(key: StreamKey) -> RelayEvent {
+        RelayEvent::Writable { key }
+    }
+
+    fn validate(config: &RelayConfig) -> Result<(), ConfigError> {
+        config.validate()
+    }
+
+    fn end_all(c: &mut RelayConnection, close: Option<(CloseCode, &str)>, cause: CloseCause) {
+        c.end_all(close, cause)
+    }
+
+    fn wants_read(c: &RelayConnection) -> bool {
+        c.wants_read()
+    }
+
+    fn handle_message(
+        c: &mut RelayConnection,
+        msg: Message,
+        now: Instant,
+    ) -> Result<(), HandleError> {
+        c.handle_message(msg, now)
+    }
+
+    fn handle_timeout(c: &mut RelayConnection, now: Instant) {
+        c.handle_timeout(now)
+    }
+
+    fn poll_transmit(c: &mut RelayConnection) -> Option<Message> {
+        c.poll_transmit()
+    }
+
+    fn poll_timeout(c: &RelayConnection) -> Option<Instant> {
+        c.poll_timeout()
+    }
+
+    fn send_body(
+        c: &mut RelayConnection,
+        key: StreamKey,
+        data: Bytes,
+    ) -> Result<usize, WriteError> {
+        c.send_body(key, data)
+    }
+
+    fn finish(c: &mut RelayConnection, key: StreamKey) -> Result<(), FinishError> {
+        c.finish(key)
+    }
+
+    fn read_body(c: &mut RelayConnection, key: StreamKey) -> BodyRead {
+        c.read_body(key)
+    }
+}
+
+impl Connection<Relay> {
     // ----- getters -----
 
     /// Whether the driver may read the next message from the socket: false
@@ -162,9 +212,9 @@ impl RelayConnection {
     /// A pause never outlasts `read_pause_timeout`.
     pub fn wants_read(&self) -> bool {
         !self.core.closed
-            && self.waiting_for.is_none()
+            && self.side.waiting_for.is_none()
             && self.held.full == 0
-            && self.held.bytes + self.spill_backlog < self.config.common.max_unread_bytes
+            && self.held.bytes + self.side.spill_backlog < self.config.common.max_unread_bytes
     }
 
     /// The wire id of a stream still in flight.
@@ -189,13 +239,8 @@ impl RelayConnection {
     /// The connection's counters.
     pub fn stats(&self) -> Stats {
         let mut s = self.core.stats(self.streams.len(), self.held.bytes);
-        s.overflow_bytes = self.spilled_total;
+        s.overflow_bytes = self.side.spilled_total;
         s
-    }
-
-    /// Bounds in force.
-    pub fn config(&self) -> &RelayConfig {
-        &self.config
     }
 
     // ----- inputs -----
@@ -211,7 +256,7 @@ impl RelayConnection {
     pub fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
         let wants_read = self.wants_read();
         // Only the worker's frames for a stream in flight matter.
-        let ids = &self.ids;
+        let ids = &self.side.ids;
         let wanted = |ty: &str, id: u64| {
             ty != "request"
                 && u32::try_from(id)
@@ -223,7 +268,7 @@ impl RelayConnection {
             Input::Frame(Decoded::Control(c)) => self.on_control(c),
             Input::Frame(Decoded::Chunk(c)) => self.on_chunk(c.id, c.data),
             Input::BadText(_, Some(("response", id))) => {
-                if let Some(&key) = self.ids.get(&id) {
+                if let Some(&key) = self.side.ids.get(&id) {
                     self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always)
                 }
             }
@@ -249,8 +294,8 @@ impl RelayConnection {
             return;
         }
         self.settle_wait();
-        while let Some(&(since, key)) = self.stalls.first() {
-            match since.checked_add(self.config.stall_timeout.0) {
+        while let Some(&(since, key)) = self.side.stalls.first() {
+            match since.checked_add(self.config.extra.stall_timeout.0) {
                 Some(deadline) if deadline <= now => self.give_up(key, RelayEnd::CallerStalled),
                 _ => break,
             }
@@ -258,8 +303,9 @@ impl RelayConnection {
         // Those give-ups may have ended the pause.
         self.track_pause();
         let pause_over = self
+            .side
             .paused_since
-            .and_then(|p| p.checked_add(self.config.read_pause_timeout.0))
+            .and_then(|p| p.checked_add(self.config.extra.read_pause_timeout.0))
             .is_some_and(|d| d <= now);
         if pause_over && !self.core.closed {
             for key in self.pause_culprits() {
@@ -306,8 +352,8 @@ impl RelayConnection {
         let text = ControlFrame::Request { id, head }.encode_checked()?;
         let key = StreamKey(self.next_key);
         self.next_key += 1;
-        self.next_id = id.next_wrapping();
-        self.ids.insert(id, key);
+        self.side.next_id = id.next_wrapping();
+        self.side.ids.insert(id, key);
         self.streams.insert(
             key,
             Stream {
@@ -416,7 +462,7 @@ impl RelayConnection {
             return;
         };
         if s.on_wire {
-            self.ids.remove(&s.id);
+            self.side.ids.remove(&s.id);
             self.core.out.abort(key, s.id, SendAbort::IfHeadSent);
             self.core.stats.streams_closed += 1;
         }
@@ -490,8 +536,8 @@ impl RelayConnection {
     /// [`RelayConfig::overflow`]). Drain it with the other outputs: chunks
     /// waiting here count against `max_unread_bytes`.
     pub fn poll_spill(&mut self) -> Option<(StreamKey, Bytes)> {
-        let (key, data) = self.spills.pop_front()?;
-        self.spill_backlog -= data.len();
+        let (key, data) = self.side.spills.pop_front()?;
+        self.side.spill_backlog -= data.len();
         if let Some(s) = self.streams.get_mut(&key) {
             s.backlog -= data.len();
         }
@@ -508,15 +554,18 @@ impl RelayConnection {
             return self.core.poll_timeout();
         }
         let stall = self
+            .side
             .stalls
             .first()
-            .and_then(|(since, _)| since.checked_add(self.config.stall_timeout.0));
+            .and_then(|(since, _)| since.checked_add(self.config.extra.stall_timeout.0));
         let pause = self
+            .side
             .paused_since
-            .and_then(|p| p.checked_add(self.config.read_pause_timeout.0));
-        let wait = self.waiting_for.and_then(|(_, since)| {
+            .and_then(|p| p.checked_add(self.config.extra.read_pause_timeout.0));
+        let wait = self.side.waiting_for.and_then(|(_, since)| {
             since.checked_add(
                 self.config
+                    .extra
                     .overflow
                     .map_or(Duration::ZERO, |o| o.spill_after),
             )
@@ -531,6 +580,6 @@ impl RelayConnection {
     /// flight, and moves on from there, wrapping at 2³²−1). Ids need not be
     /// sequential; a relay may start elsewhere than 1, or resume a sequence.
     pub fn set_next_stream_id(&mut self, id: StreamId) {
-        self.next_id = id;
+        self.side.next_id = id;
     }
 }

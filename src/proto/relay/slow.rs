@@ -17,7 +17,7 @@ impl RelayConnection {
         let b = &mut self.streams.get_mut(&key).expect("a held stream").body;
         let spilled = b.spilled();
         let r = self.held.op(b, limit, f);
-        self.spilled_total = self.spilled_total - spilled + b.spilled();
+        self.side.spilled_total = self.side.spilled_total - spilled + b.spilled();
         r
     }
 
@@ -44,8 +44,8 @@ impl RelayConnection {
                 .retain(|e| !matches!(e, RelayEvent::Refill { key: k, .. } if *k == key));
         }
         if s.backlog > 0 {
-            self.spills.retain(|(k, _)| *k != key);
-            self.spill_backlog -= s.backlog;
+            self.side.spills.retain(|(k, _)| *k != key);
+            self.side.spill_backlog -= s.backlog;
             s.backlog = 0;
         }
     }
@@ -56,12 +56,12 @@ impl RelayConnection {
             return;
         };
         if let Some(old) = s.stall_since.take() {
-            self.stalls.remove(&(old, key));
+            self.side.stalls.remove(&(old, key));
         }
         // A closed connection runs no deadlines: what arrived stays readable.
         if let Some(t) = since.filter(|_| !self.core.closed) {
             s.stall_since = Some(t);
-            self.stalls.insert((t, key));
+            self.side.stalls.insert((t, key));
         }
     }
 
@@ -80,6 +80,7 @@ impl RelayConnection {
     pub(super) fn maybe_refill(&mut self, key: StreamKey) {
         let max = self
             .config
+            .extra
             .overflow
             .map_or(0, |o| o.memory_per_stream.max(1));
         let Some(s) = self.streams.get_mut(&key) else {
@@ -96,14 +97,18 @@ impl RelayConnection {
     /// held, or it has gone, or the connection closed; or, at its deadline,
     /// in vain (the stream then spills without waiting).
     pub(super) fn settle_wait(&mut self) {
-        let Some((key, since)) = self.waiting_for else {
+        let Some((key, since)) = self.side.waiting_for else {
             return;
         };
-        let ov = self.config.overflow.expect("a wait needs an overflow");
+        let ov = self
+            .config
+            .extra
+            .overflow
+            .expect("a wait needs an overflow");
         let closed = self.core.closed;
         let now = self.core.now;
         let Some(s) = self.streams.get_mut(&key) else {
-            self.waiting_for = None;
+            self.side.waiting_for = None;
             return;
         };
         // Caught up: the caller has read everything held for it. So only a
@@ -112,10 +117,10 @@ impl RelayConnection {
         let caught_up = s.body.bytes() == 0;
         let in_vain = now.is_some_and(|now| now.duration_since(since) >= ov.spill_after);
         if closed || caught_up || !s.body.is_reading() {
-            self.waiting_for = None;
+            self.side.waiting_for = None;
         } else if in_vain {
             s.waited = true;
-            self.waiting_for = None;
+            self.side.waiting_for = None;
         }
     }
 
@@ -124,9 +129,9 @@ impl RelayConnection {
     pub(super) fn track_pause(&mut self) {
         self.settle_wait();
         if self.core.closed || self.wants_read() {
-            self.paused_since = None;
-        } else if self.paused_since.is_none() {
-            self.paused_since = self.core.now;
+            self.side.paused_since = None;
+        } else if self.side.paused_since.is_none() {
+            self.side.paused_since = self.core.now;
         }
     }
 

@@ -16,9 +16,9 @@ impl RelayConnection {
     /// old stream on the wire, and Strata's worker keeps an id busy until
     /// its app returns (a reused id would be silently ignored there).
     pub(super) fn alloc_id(&self) -> StreamId {
-        let mut id = self.next_id;
+        let mut id = self.side.next_id;
         // At most `max_streams` ids are taken, so this ends within that many steps.
-        while self.ids.contains_key(&id) {
+        while self.side.ids.contains_key(&id) {
             id = id.next_wrapping();
         }
         id
@@ -33,7 +33,7 @@ impl RelayConnection {
         if self.streams[&key].orphaned {
             // The application has let go of it: end it without an event.
             let s = self.remove_stream(key).expect("in flight");
-            self.ids.remove(&s.id);
+            self.side.ids.remove(&s.id);
             self.core.out.abort(key, s.id, send_abort);
             self.core.stats.streams_closed += 1;
             return;
@@ -42,7 +42,7 @@ impl RelayConnection {
         s.on_wire = false;
         s.writing = false;
         let (id, started, spilled) = (s.id, s.response_started, s.body.spilled() > 0);
-        self.ids.remove(&id);
+        self.side.ids.remove(&id);
         self.core.out.abort(key, id, send_abort);
         if !reason.is_failure() {
             self.body_op(key, InBody::end);
@@ -73,7 +73,7 @@ impl RelayConnection {
     }
 
     pub(super) fn on_control(&mut self, c: ControlFrame) {
-        let Some(&key) = self.ids.get(&c.id()) else {
+        let Some(&key) = self.side.ids.get(&c.id()) else {
             self.core.stats.messages_ignored += 1;
             return;
         };
@@ -117,7 +117,7 @@ impl RelayConnection {
     }
 
     pub(super) fn on_chunk(&mut self, id: StreamId, data: Bytes) {
-        let Some(&key) = self.ids.get(&id) else {
+        let Some(&key) = self.side.ids.get(&id) else {
             self.core.stats.messages_ignored += 1;
             return;
         };
@@ -144,7 +144,7 @@ impl RelayConnection {
         // memory: that would pause reading the whole connection, and the
         // chunk that would have spilled is never read (small chunks from a
         // paced worker reach the count long before `memory_per_stream`).
-        let spill = self.config.overflow.filter(|ov| {
+        let spill = self.config.extra.overflow.filter(|ov| {
             s.body.spilled() > 0
                 || s.body.chunks() + 1 >= self.config.common.max_unread_chunks
                 || s.body.bytes() + n > ov.memory_per_stream
@@ -160,22 +160,23 @@ impl RelayConnection {
                 && !s.waited
                 && s.body.spilled() == 0
                 && s.body.chunks() + 1 < self.config.common.max_unread_chunks
-                && self.held.bytes + self.spill_backlog + n < self.config.common.max_unread_bytes
+                && self.held.bytes + self.side.spill_backlog + n
+                    < self.config.common.max_unread_bytes
         });
         if let (true, Some(now)) = (wait, self.core.now) {
             // Past its memory with nothing in the overflow: hold this chunk
             // and pause reading for a while, for the caller to catch up.
-            self.waiting_for = Some((key, now));
+            self.side.waiting_for = Some((key, now));
         } else if let Some(ov) = spill {
             if s.body.spilled() + n as u64 > ov.max_per_stream
-                || self.spilled_total + n as u64 > ov.max_total
+                || self.side.spilled_total + n as u64 > ov.max_total
             {
                 self.end_on_wire(key, RelayEnd::OverflowExceeded, SendAbort::Always);
                 return;
             }
             s.backlog += n;
-            self.spill_backlog += n;
-            self.spills.push_back((key, data));
+            self.side.spill_backlog += n;
+            self.side.spills.push_back((key, data));
             self.body_op(key, |b| b.spill(n));
             self.note_waiting(key);
             return;
@@ -195,7 +196,7 @@ impl RelayConnection {
         if self.core.closed {
             return;
         }
-        let mut keys: Vec<StreamKey> = self.ids.values().copied().collect();
+        let mut keys: Vec<StreamKey> = self.side.ids.values().copied().collect();
         keys.sort();
         let unsent: Vec<StreamKey> = keys
             .iter()
@@ -215,7 +216,7 @@ impl RelayConnection {
         }
         // Data that arrived before the end stays readable, with no deadline;
         // what is in the overflow cannot come back once the driver stops.
-        let waiting: Vec<StreamKey> = self.stalls.iter().map(|(_, k)| *k).collect();
+        let waiting: Vec<StreamKey> = self.side.stalls.iter().map(|(_, k)| *k).collect();
         for key in waiting {
             self.set_stall(key, None);
         }
@@ -231,6 +232,6 @@ impl RelayConnection {
             self.events.push_back(RelayEvent::Readable { key });
         }
         self.core.out.clear();
-        self.paused_since = None;
+        self.side.paused_since = None;
     }
 }

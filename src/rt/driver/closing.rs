@@ -27,7 +27,7 @@
 use super::{outcome, Io, Machine, Pass, READS_PER_PASS};
 use crate::frame::Message;
 use crate::proto::CloseCause;
-use crate::rt::side::{lock, Side};
+use crate::rt::side::{lock, SharedState};
 use futures_core::Stream;
 use futures_sink::Sink;
 use std::pin::Pin;
@@ -69,7 +69,7 @@ where
 {
     /// One pass of a closed connection, after `transmit` (which sends what
     /// the machine queued, its close message last, and flushes).
-    pub(super) fn poll_closing<Sh: Side>(
+    pub(super) fn poll_closing<Sh: SharedState>(
         &mut self,
         shared: &Mutex<Sh>,
         cx: &mut Context<'_>,

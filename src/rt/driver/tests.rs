@@ -6,7 +6,7 @@
 use super::*;
 use crate::frame::Message;
 use crate::proto::{BodyRead, FinishError, HandleError, StreamKey, WriteError};
-use crate::rt::side::{Side, Wakers};
+use crate::rt::side::{SharedState, Wakers};
 use crate::rt::{BodyError, Sleep};
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -86,7 +86,7 @@ struct Shared {
     driver: Option<Waker>,
 }
 
-impl Side for Shared {
+impl SharedState for Shared {
     type Conn = Script;
     fn conn(&mut self) -> &mut Script {
         &mut self.conn
