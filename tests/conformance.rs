@@ -1,4 +1,4 @@
-//! Issue 18: the conformance kit (examples/conformance) run in both modes
+//! Issue 18: the conformance kit (the `worker-relay-conformance` crate) run in both modes
 //! against the crate's own relay (the gateway on hyper, in process) and
 //! worker (the example worker's app on `Tunnel`, in process), where every
 //! case must pass; and against deliberately broken peers, each of which
@@ -12,11 +12,6 @@
 //! cases (`--long`, ~65 s) stay ignored outside the tier
 //! (`cargo test --test conformance -- --ignored keepalive`).
 
-#[path = "../examples/conformance/cli.rs"]
-#[allow(dead_code)] // the kit's own main uses the rest
-mod cli;
-#[path = "../examples/conformance/exec.rs"]
-mod exec;
 #[path = "conformance/fake_stream_relay.rs"]
 mod fake_stream_relay;
 #[path = "conformance/fake_worker.rs"]
@@ -25,65 +20,14 @@ mod fake_worker;
 mod fakes;
 #[path = "conformance/holes.rs"]
 mod holes;
-#[path = "../examples/conformance/http.rs"]
-mod http;
-#[path = "../examples/conformance/junit.rs"]
-mod junit;
-#[path = "../examples/conformance/kit.rs"]
-#[allow(dead_code)]
-mod kit;
-#[path = "../examples/conformance/relay_cases_caller.rs"]
-mod relay_cases_caller;
-#[path = "../examples/conformance/relay_cases_conn.rs"]
-mod relay_cases_conn;
-#[path = "../examples/conformance/relay_cases_faults.rs"]
-mod relay_cases_faults;
-#[path = "../examples/conformance/relay_cases_http.rs"]
-mod relay_cases_http;
-#[path = "../examples/conformance/relay_cases_interactive.rs"]
-mod relay_cases_interactive;
-#[path = "../examples/conformance/relay_cases_slow.rs"]
-mod relay_cases_slow;
-#[path = "../examples/conformance/relay_cases_token.rs"]
-mod relay_cases_token;
-#[path = "../examples/conformance/relay_cases_unread.rs"]
-mod relay_cases_unread;
-#[path = "../examples/conformance/relay_ctx.rs"]
-mod relay_ctx;
 #[path = "conformance/relay_mutations.rs"]
 mod relay_mutations;
-#[path = "../examples/conformance/relay_observe.rs"]
-mod relay_observe;
-#[path = "../examples/conformance/report.rs"]
-mod report;
-#[path = "../examples/conformance/runner.rs"]
-#[allow(dead_code)]
-mod runner;
-#[path = "../examples/conformance/tcp_state.rs"]
-#[allow(dead_code)]
-mod tcp_state;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
-#[path = "../examples/conformance/worker_app_contract.rs"]
-mod worker_app_contract;
-#[path = "../examples/conformance/worker_cases_bounds.rs"]
-mod worker_cases_bounds;
-#[path = "../examples/conformance/worker_cases_conn.rs"]
-mod worker_cases_conn;
-#[path = "../examples/conformance/worker_cases_interactive.rs"]
-mod worker_cases_interactive;
-#[path = "../examples/conformance/worker_cases_robust.rs"]
-mod worker_cases_robust;
-#[path = "../examples/conformance/worker_cases_streams.rs"]
-mod worker_cases_streams;
-#[path = "../examples/conformance/worker_ctx.rs"]
-mod worker_ctx;
 #[path = "conformance/worker_mutations.rs"]
 mod worker_mutations;
-#[path = "../examples/conformance/worker_observe.rs"]
-mod worker_observe;
-#[path = "../examples/conformance/ws_send.rs"]
-mod ws_send;
+
+use worker_relay_conformance::{cli, kit, relay_observe, report, runner, worker_ctx};
 
 use cli::{App, Config, Mode, RelayTarget, WorkerTarget};
 use report::{CaseResult, Outcome};

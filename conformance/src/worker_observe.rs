@@ -32,7 +32,7 @@ use worker_relay::frame::{MAX_CHUNK_BODY, MAX_MESSAGE_LEN};
 pub const ABORT_GRACE: Duration = Duration::from_secs(2);
 
 /// At most this many violation lines per case (then a count).
-const MAX_LINES: usize = 12;
+pub const MAX_LINES: usize = 12;
 
 /// What the observers of one kit run found, shared by its connections.
 #[derive(Debug, Default)]
