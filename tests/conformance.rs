@@ -191,6 +191,23 @@ async fn worker_mode_keepalive_cases_pass_against_the_crates_worker() {
     worker.abort();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_41s_cases_pass_against_the_crates_worker() {
+    // The crate's worker in a quick run of its own (the slow tier's every-case
+    // run has them too).
+    let cases = ["worker.body.generated-chunks"];
+    let runs = cases.map(|case| async move {
+        let cfg = worker_config(App::Example, Some(case));
+        let (results, worker) = run_worker(&cfg, |port| example_worker(port, Some(TOKEN))).await;
+        worker.abort();
+        (case, results)
+    });
+    for (case, results) in futures_util::future::join_all(runs).await {
+        assert_eq!(results.len(), 1, "{}", lines(&results));
+        assert_passes(&results, case);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Mutations: a broken relay is caught by the case meant for its flaw.
 // ---------------------------------------------------------------------------

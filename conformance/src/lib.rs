@@ -33,6 +33,7 @@ pub mod worker_app_contract;
 pub mod worker_cases_bounds;
 pub mod worker_cases_conn;
 pub mod worker_cases_interactive;
+pub mod worker_cases_responses;
 pub mod worker_cases_robust;
 pub mod worker_cases_streams;
 pub mod worker_ctx;

@@ -68,6 +68,9 @@ pub struct WorkerFlaws {
     /// Keeps its reconnect delay growing after a handshake succeeds (no
     /// reset to 1 s).
     pub no_backoff_reset: bool,
+    /// Sends the bodies it makes up (`/bytes`) in chunks of 2 MiB; what it
+    /// echoes stays within 1 MiB a chunk.
+    pub big_generated_chunks: bool,
 }
 
 /// A worker that reads everything into memory (no 16-chunk bound) and has
@@ -75,7 +78,8 @@ pub struct WorkerFlaws {
 /// Its app: `/health`, `/sleep?ms=`, `/echo` (401 at once without the
 /// worker token; a body without Content-Length is echoed piece by piece),
 /// `/fail-before`, `/fail-after?n=`, `/slow-sink` (reads at once, answers
-/// the length at its end), anything else 404 at once, the body unread.
+/// the length at its end), `/bytes?n=` (n bytes of a pattern), anything
+/// else 404 at once, the body unread.
 /// Broken further by `flaws`.
 pub async fn worker(url: String, flaws: WorkerFlaws) {
     let mut delay = 1.0f64;
@@ -129,7 +133,7 @@ where
     // Echoed as they come (a body without Content-Length).
     let mut echoing: HashSet<u32> = HashSet::new();
     let auth = format!("Bearer {}", crate::WORKER_TOKEN);
-    let answer = |id, status, body| answer(id, status, body, flaws);
+    let answer = |id, status, body| answer(id, status, &[], body, flaws);
     let every = Duration::from_secs(10);
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     let doom = tokio::time::sleep(Duration::from_secs(20));
@@ -218,6 +222,7 @@ where
                     "/fail-before",
                     "/fail-after",
                     "/slow-sink",
+                    "/bytes",
                 ];
                 if t == "/echo" && head.headers().get("authorization") != Some(auth.as_str()) {
                     unread.insert(k, 0);
@@ -290,6 +295,17 @@ where
                         answer(id, 200, body.len().to_string().into_bytes())
                     }
                     Some(t) if t == "/echo" => answer(id, 200, body),
+                    Some(t) if t.starts_with("/bytes") => {
+                        let n: usize = t
+                            .split("n=")
+                            .nth(1)
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        let body = (0..n).map(|i| (i % 251) as u8).collect();
+                        let mut f = flaws;
+                        f.big_chunks |= flaws.big_generated_chunks;
+                        self::answer(id, 200, &[], body, f)
+                    }
                     Some(t) if t == "/fail-before" => {
                         if flaws.abort_before_response {
                             vec![WsMsg::Text(ControlFrame::Abort { id }.encode().into())]
@@ -333,11 +349,19 @@ fn response(id: StreamId, status: u16, headers: Headers) -> WsMsg {
     WsMsg::Text(ControlFrame::Response { id, head }.encode().into())
 }
 
-/// `response` (with Content-Length), the body in chunks of at most 1 MiB
-/// (at least one chunk), `end`.
-fn answer(id: StreamId, status: u16, body: Vec<u8>, flaws: WorkerFlaws) -> Vec<WsMsg> {
+/// `response` (with `headers` and Content-Length), the body in chunks of
+/// at most 1 MiB (at least one chunk), `end`.
+fn answer(
+    id: StreamId,
+    status: u16,
+    headers: &[(&str, String)],
+    body: Vec<u8>,
+    flaws: WorkerFlaws,
+) -> Vec<WsMsg> {
+    let mut headers = headers.to_vec();
     let said = body.len() + usize::from(flaws.wrong_content_length);
-    let headers = Headers::try_from_pairs([("content-length", said.to_string())]).unwrap();
+    headers.push(("content-length", said.to_string()));
+    let headers = Headers::try_from_pairs(headers).unwrap();
     let size = if flaws.big_chunks {
         2 * frame::MAX_CHUNK_BODY
     } else {

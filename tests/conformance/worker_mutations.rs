@@ -18,6 +18,11 @@
 //! - `close_on_malformed`: `worker.ignore.malformed` and
 //!   `worker.robust.random-frames` WARN (the spec does not forbid it);
 //!   `close_on_unknown`: `worker.ignore.unknown` FAILs.
+//!
+//! Issue 41's:
+//! - `big_generated_chunks` (2 MiB chunks of the bodies it makes up, its
+//!   echoes within 1 MiB): `worker.body.generated-chunks` (before it, the
+//!   flaw passed every case: `worker.body.large-response` measures echoes);
 
 use crate::cli::App;
 use crate::fakes::WorkerFlaws as F;
@@ -200,6 +205,27 @@ async fn a_worker_refusing_a_full_chunk_fails_the_exact_limit_case() {
         ..d()
     };
     caught_with_control(flaws, "worker.oversize.exact-limit").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_sending_its_generated_bodies_in_2_mib_chunks_fails_the_generated_case() {
+    let flaws = F {
+        big_generated_chunks: true,
+        ..d()
+    };
+    let case = "worker.body.generated-chunks";
+    let (broken, sound, echoed) = futures_util::future::join3(
+        fake_worker_run(flaws, case),
+        fake_worker_run(d(), case),
+        fake_worker_run(flaws, "worker.body.large-response"),
+    )
+    .await;
+    assert_fails(&broken, case);
+    let text = outcome(&broken, case).text();
+    assert!(text.contains("largest 2097152, over the limit"), "{text}");
+    assert_passes(&sound, case);
+    // The hole the case closes: what the fake echoes stays within 1 MiB a chunk.
+    assert_passes(&echoed, "worker.body.large-response");
 }
 
 /// The slow tier: `cargo test` skips these (`#[ignore]`, each says why);
