@@ -195,7 +195,10 @@ async fn worker_mode_keepalive_cases_pass_against_the_crates_worker() {
 async fn issue_41s_cases_pass_against_the_crates_worker() {
     // The crate's worker in a quick run of its own (the slow tier's every-case
     // run has them too).
-    let cases = ["worker.body.generated-chunks"];
+    let cases = [
+        "worker.body.generated-chunks",
+        "worker.token.not-in-responses",
+    ];
     let runs = cases.map(|case| async move {
         let cfg = worker_config(App::Example, Some(case));
         let (results, worker) = run_worker(&cfg, |port| example_worker(port, Some(TOKEN))).await;

@@ -6,20 +6,29 @@
 //!   /bytes`), not one it echoes, also goes out in chunks of at most
 //!   1 MiB. (The observer measures every chunk of every response; this
 //!   case makes sure one large generated body is among them.)
+//! - `worker.token.not-in-responses`: no response carries the worker's
+//!   connect token, in a header or its body. (The observer looks at every
+//!   response of the run; this case asks for the answers a leak is most
+//!   likely in: error pages.)
 
 use crate::case;
+use crate::cli::App;
 use crate::report::{judge, Outcome};
 use crate::runner::{Case, Needs};
-use crate::worker_app_contract::{lacks_route, skip_route};
+use crate::worker_app_contract::{lacks_route, skip_route, NO_SUCH_ROUTE};
 use crate::worker_ctx::{Answered, WorkerCtx, STEP};
+use crate::worker_observe::{find, MIN_SECRET};
 use worker_relay::frame::MAX_CHUNK_BODY;
 
+pub const CONNECTING: &str = "§Connecting";
 pub const FRAMES: &str = "§Frames";
 
 pub fn cases() -> Vec<Case<WorkerCtx>> {
     vec![
         case!(WorkerCtx, "worker.body.generated-chunks", FRAMES, Needs::Example, long = false, terminal = false,
             "a body of 3 MiB + 17 bytes the app makes up (GET /bytes?n=3145745) comes whole, in chunks of at most 1 MiB, matching its Content-Length", generated_chunks),
+        case!(WorkerCtx, "worker.token.not-in-responses", CONNECTING, Needs::Any, long = false, terminal = false,
+            "no response carries the worker's connect token, in a header or its body: /health, /health without the worker token, a 404 (with --app example also /fail-before's 500 and /fail-after) are looked at, as every response of the run is", token_not_in_responses),
     ]
 }
 
@@ -90,4 +99,72 @@ async fn generated_chunks(ctx: &mut WorkerCtx) -> Outcome {
             && cl_ok,
         figure,
     )
+}
+
+/// Whether `a` (its headers, its body) holds `token`.
+fn carries(a: &Answered, token: &[u8]) -> bool {
+    a.headers
+        .iter()
+        .any(|(n, v)| find(n.as_bytes(), token).is_some() || find(v.as_bytes(), token).is_some())
+        || find(&a.body, token).is_some()
+}
+
+async fn token_not_in_responses(ctx: &mut WorkerCtx) -> Outcome {
+    let Some(token) = ctx.t.token.clone() else {
+        return Outcome::Skip(
+            "the kit knows no connect token: give it the worker's (STRATA_WORKER_CONNECT_TOKEN, --token-env), or start the worker with --exec".into(),
+        );
+    };
+    if token.len() < MIN_SECRET {
+        return Outcome::Skip(format!(
+            "the connect token has {} bytes: under {MIN_SECRET}, too short to look for in bodies without false alarms",
+            token.len()
+        ));
+    }
+    let auth = ctx.auth();
+    // GET each target, with the worker token (if the kit has one) or not.
+    let mut asks = vec![("/health", true), (NO_SUCH_ROUTE, true)];
+    if !auth.is_empty() {
+        // A 401 is an error page too.
+        asks.push(("/health", false));
+    }
+    if ctx.t.app == App::Example {
+        asks.push(("/fail-before", true));
+        asks.push(("/fail-after?n=1000", true));
+    }
+    let c = tryf!(ctx.conn().await);
+    let mut seen = Vec::new();
+    let mut leaked = Vec::new();
+    for (target, with_auth) in asks {
+        let id = c.fresh_id();
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let headers = if with_auth { &auth[..] } else { &[] };
+        tryf!(c.request(id, "GET", path, query, headers, b"", true).await);
+        let a = c.finished(id, STEP).await;
+        let status = a.status.map_or("no answer".into(), |s| s.to_string());
+        let without = if with_auth || auth.is_empty() {
+            ""
+        } else {
+            " without the worker token"
+        };
+        let what = format!("{status} to GET {target}{without}");
+        if carries(&a, token.as_bytes()) {
+            leaked.push(what.clone());
+        }
+        seen.push(what);
+    }
+    if leaked.is_empty() {
+        Outcome::Pass(format!(
+            "{} answers ({}): none carries the connect token",
+            seen.len(),
+            seen.join(", ")
+        ))
+    } else {
+        Outcome::Fail(format!(
+            "the worker's connect token came back in {} of {} answers ({}); the token is the relay's credential for this worker and nothing else",
+            leaked.len(),
+            seen.len(),
+            leaked.join(", ")
+        ))
+    }
 }

@@ -306,7 +306,7 @@ impl WorkerCtx {
             closed: None,
             pings: Vec::new(),
             next_id: 100,
-            obs: Observer::new(self.observed.clone()),
+            obs: Observer::new(self.observed.clone()).watching(self.t.token.as_deref()),
         }))
     }
 

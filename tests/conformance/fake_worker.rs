@@ -71,6 +71,12 @@ pub struct WorkerFlaws {
     /// Sends the bodies it makes up (`/bytes`) in chunks of 2 MiB; what it
     /// echoes stays within 1 MiB a chunk.
     pub big_generated_chunks: bool,
+    /// Its 404 and 500 answers carry its connect token in a header (a
+    /// debugging aid left on).
+    pub token_in_header: bool,
+    /// Its 404 and 500 answers' bodies dump its configuration, connect
+    /// token included.
+    pub token_in_body: bool,
 }
 
 /// A worker that reads everything into memory (no 16-chunk bound) and has
@@ -355,10 +361,19 @@ fn answer(
     id: StreamId,
     status: u16,
     headers: &[(&str, String)],
-    body: Vec<u8>,
+    mut body: Vec<u8>,
     flaws: WorkerFlaws,
 ) -> Vec<WsMsg> {
     let mut headers = headers.to_vec();
+    if matches!(status, 404 | 500) {
+        if flaws.token_in_header {
+            headers.push(("x-debug-connect-token", TOKEN.to_string()));
+        }
+        if flaws.token_in_body {
+            let dump = format!("\nconfig: connect_token={TOKEN} worker=conformance\n");
+            body.extend_from_slice(dump.as_bytes());
+        }
+    }
     let said = body.len() + usize::from(flaws.wrong_content_length);
     headers.push(("content-length", said.to_string()));
     let headers = Headers::try_from_pairs(headers).unwrap();
