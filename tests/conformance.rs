@@ -198,6 +198,7 @@ async fn issue_41s_cases_pass_against_the_crates_worker() {
     let cases = [
         "worker.body.generated-chunks",
         "worker.token.not-in-responses",
+        "worker.app.echo-contract",
     ];
     let runs = cases.map(|case| async move {
         let cfg = worker_config(App::Example, Some(case));

@@ -71,6 +71,7 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("worker.body.empty-chunks", &["POST /echo"]),
     ("worker.body.large-response", &["POST /echo"]),
     ("worker.body.generated-chunks", &["GET /bytes?n=3145745"]),
+    ("worker.app.echo-contract", &["POST /echo"]),
 ];
 
 /// The path a worker's app does not have: answered 404 without reading.

@@ -10,6 +10,12 @@
 //!   connect token, in a header or its body. (The observer looks at every
 //!   response of the run; this case asks for the answers a leak is most
 //!   likely in: error pages.)
+//! - `worker.app.echo-contract`: the example app's `/echo` sends the body
+//!   back with the request's Content-Type (and Content-Length), as
+//!   worker_app_contract.rs says. Not a rule of the spec but of `--app
+//!   example`: an app that breaks it fails here by name, so a broken app is
+//!   not mistaken for a conforming worker (or a conforming worker for a
+//!   broken one) by the cases that read `/echo`'s answers.
 
 use crate::case;
 use crate::cli::App;
@@ -22,6 +28,7 @@ use worker_relay::frame::MAX_CHUNK_BODY;
 
 pub const CONNECTING: &str = "§Connecting";
 pub const FRAMES: &str = "§Frames";
+pub const W2R: &str = "§Worker-to-relay";
 
 pub fn cases() -> Vec<Case<WorkerCtx>> {
     vec![
@@ -29,6 +36,8 @@ pub fn cases() -> Vec<Case<WorkerCtx>> {
             "a body of 3 MiB + 17 bytes the app makes up (GET /bytes?n=3145745) comes whole, in chunks of at most 1 MiB, matching its Content-Length", generated_chunks),
         case!(WorkerCtx, "worker.token.not-in-responses", CONNECTING, Needs::Any, long = false, terminal = false,
             "no response carries the worker's connect token, in a header or its body: /health, /health without the worker token, a 404 (with --app example also /fail-before's 500 and /fail-after) are looked at, as every response of the run is", token_not_in_responses),
+        case!(WorkerCtx, "worker.app.echo-contract", W2R, Needs::Example, long = false, terminal = false,
+            "the example app's contract, not the spec's: POST /echo sends the body back with the request's Content-Type (application/octet-stream without one) and Content-Length; FAIL names what the app breaks", echo_contract),
     ]
 }
 
@@ -167,4 +176,76 @@ async fn token_not_in_responses(ctx: &mut WorkerCtx) -> Outcome {
             leaked.join(", ")
         ))
     }
+}
+
+/// The Content-Type `worker.app.echo-contract` sends (one no app would
+/// make up).
+pub const ECHO_TYPE: &str = "application/x-worker-relay-conformance; echo=contract";
+
+async fn echo_contract(ctx: &mut WorkerCtx) -> Outcome {
+    let body = b"the body back, with its Content-Type and Content-Length\n";
+    let mut broken = Vec::new();
+    let mut figures = Vec::new();
+    for ctype in [Some(ECHO_TYPE), None] {
+        let mut h = ctx.auth();
+        if let Some(t) = ctype {
+            h.push(("content-type".into(), t.into()));
+        }
+        h.push(("content-length".into(), body.len().to_string()));
+        let c = tryf!(ctx.conn().await);
+        let id = c.fresh_id();
+        tryf!(c.request(id, "POST", "/echo", "", &h, body, true).await);
+        let a = c.finished(id, STEP).await;
+        if lacks_route(a.status) {
+            return skip_route("POST /echo", a.status);
+        }
+        let want = ctype.unwrap_or("application/octet-stream");
+        let got: Vec<&str> = a
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+            .map(|(_, v)| v.trim())
+            .collect();
+        let sent = ctype.map_or("no Content-Type".into(), |t| format!("Content-Type {t:?}"));
+        let status = a.status.map_or("no response".into(), |s| s.to_string());
+        let cl = content_length(&a);
+        figures.push(format!(
+            "POST /echo with {sent}: {status}, {} of {} bytes back, Content-Type {got:?}, Content-Length {}, {}",
+            a.body.len(),
+            body.len(),
+            cl.as_deref().unwrap_or("none"),
+            ended(&a)
+        ));
+        let mut wrong = Vec::new();
+        if a.status != Some(200) {
+            wrong.push(format!("answered {status}, not 200"));
+        }
+        if a.body != body {
+            wrong.push(format!(
+                "sent {} bytes back, not the {} bytes of the request",
+                a.body.len(),
+                body.len()
+            ));
+        }
+        if !matches!(got[..], [g] if g.eq_ignore_ascii_case(want)) {
+            wrong.push(format!("answered with Content-Type {got:?}, not {want:?}"));
+        }
+        if cl.is_none() {
+            wrong.push("answered without the request's Content-Length".into());
+        }
+        if !a.ended || a.aborted {
+            wrong.push(format!("ended the answer with {}", ended(&a)));
+        }
+        if !wrong.is_empty() {
+            broken.push(format!("with {sent} it {}", wrong.join(", ")));
+        }
+    }
+    if broken.is_empty() {
+        return Outcome::Pass(figures.join("; "));
+    }
+    Outcome::Fail(format!(
+        "app contract (--app example), not a rule of the spec: POST /echo {}. The kit's echo cases read /echo's answers as the example app's (the body back, with the request's Content-Type and Content-Length): fix the app, or run the kit with --app health-only. ({})",
+        broken.join("; "),
+        figures.join("; ")
+    ))
 }

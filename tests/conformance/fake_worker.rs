@@ -77,15 +77,18 @@ pub struct WorkerFlaws {
     /// Its 404 and 500 answers' bodies dump its configuration, connect
     /// token included.
     pub token_in_body: bool,
+    /// `/echo` answers without the request's Content-Type.
+    pub echo_drops_content_type: bool,
 }
 
 /// A worker that reads everything into memory (no 16-chunk bound) and has
 /// no message size limit; it pings every 10 s but never checks for pongs.
 /// Its app: `/health`, `/sleep?ms=`, `/echo` (401 at once without the
-/// worker token; a body without Content-Length is echoed piece by piece),
-/// `/fail-before`, `/fail-after?n=`, `/slow-sink` (reads at once, answers
-/// the length at its end), `/bytes?n=` (n bytes of a pattern), anything
-/// else 404 at once, the body unread.
+/// worker token; a body without Content-Length is echoed piece by piece;
+/// the request's Content-Type back), `/fail-before`, `/fail-after?n=`,
+/// `/slow-sink` (reads at once, answers the length at its end),
+/// `/bytes?n=` (n bytes of a pattern), anything else 404 at once, the body
+/// unread.
 /// Broken further by `flaws`.
 pub async fn worker(url: String, flaws: WorkerFlaws) {
     let mut delay = 1.0f64;
@@ -138,6 +141,8 @@ where
     let mut unread: HashMap<u32, usize> = HashMap::new();
     // Echoed as they come (a body without Content-Length).
     let mut echoing: HashSet<u32> = HashSet::new();
+    // The Content-Type each `/echo` answers with.
+    let mut echo_type: HashMap<u32, String> = HashMap::new();
     let auth = format!("Bearer {}", crate::WORKER_TOKEN);
     let answer = |id, status, body| answer(id, status, &[], body, flaws);
     let every = Duration::from_secs(10);
@@ -230,6 +235,11 @@ where
                     "/slow-sink",
                     "/bytes",
                 ];
+                if t == "/echo" && !flaws.echo_drops_content_type {
+                    let ctype = head.headers().get("content-type");
+                    let ctype = ctype.unwrap_or("application/octet-stream");
+                    echo_type.insert(k, ctype.to_string());
+                }
                 if t == "/echo" && head.headers().get("authorization") != Some(auth.as_str()) {
                     unread.insert(k, 0);
                     answer(id, 401, b"unauthorized".to_vec())
@@ -244,7 +254,8 @@ where
                     && !flaws.hold_echo
                 {
                     echoing.insert(k);
-                    vec![response(id, 200, Headers::new())]
+                    let ctype = echo_type.get(&k).map(|t| ("content-type", t.as_str()));
+                    vec![response(id, 200, Headers::try_from_pairs(ctype).unwrap())]
                 } else {
                     open.insert(k, t);
                     continue;
@@ -254,6 +265,7 @@ where
                 vec![WsMsg::Binary(frame::encode_chunk(c.id, &c.data))]
             }
             Decoded::Control(ControlFrame::End { id }) if echoing.remove(&id.get()) => {
+                echo_type.remove(&id.get());
                 vec![WsMsg::Text(ControlFrame::End { id }.encode().into())]
             }
             Decoded::Chunk(c) => {
@@ -272,6 +284,7 @@ where
                 continue;
             }
             Decoded::Control(ControlFrame::Abort { id }) => {
+                echo_type.remove(&id.get());
                 open.remove(&id.get());
                 bodies.remove(&key(id.get()));
                 unread.remove(&id.get());
@@ -300,7 +313,10 @@ where
                     Some(t) if t.starts_with("/slow-sink") => {
                         answer(id, 200, body.len().to_string().into_bytes())
                     }
-                    Some(t) if t == "/echo" => answer(id, 200, body),
+                    Some(t) if t == "/echo" => {
+                        let ctype = echo_type.remove(&id.get()).map(|t| ("content-type", t));
+                        self::answer(id, 200, &Vec::from_iter(ctype), body, flaws)
+                    }
                     Some(t) if t.starts_with("/bytes") => {
                         let n: usize = t
                             .split("n=")

@@ -25,7 +25,10 @@
 //!   flaw passed every case: `worker.body.large-response` measures echoes);
 //! - `token_in_header`, `token_in_body` (its 404 and 500 answers carry its
 //!   connect token): `worker.token.not-in-responses`, and any case that saw
-//!   such an answer (`worker.app.fail-before`, which passed before).
+//!   such an answer (`worker.app.fail-before`, which passed before);
+//! - `echo_drops_content_type` (its `/echo` answers without the request's
+//!   Content-Type, which every echo case took before):
+//!   `worker.app.echo-contract`, by name as the app's contract.
 
 use crate::cli::App;
 use crate::fakes::WorkerFlaws as F;
@@ -282,6 +285,33 @@ async fn a_worker_whose_error_pages_carry_its_connect_token_fails_the_token_case
     assert_passes(&sound, case);
     // Every response is looked at: the 500 fails the case that asked for it.
     assert_fails(&seen_elsewhere, "worker.app.fail-before");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_whose_echo_drops_the_content_type_fails_the_echo_contract() {
+    let case = "worker.app.echo-contract";
+    let flaws = F {
+        echo_drops_content_type: true,
+        ..d()
+    };
+    let (broken, sound, echoed) = futures_util::future::join3(
+        fake_worker_run(flaws, case),
+        fake_worker_run(d(), case),
+        fake_worker_run(flaws, "worker.interleave.echo"),
+    )
+    .await;
+    eprintln!("broken:\n{}\ncontrol:\n{}", lines(&broken), lines(&sound));
+    assert_fails(&broken, case);
+    let text = outcome(&broken, case).text();
+    assert!(text.starts_with("app contract (--app example)"), "{text}");
+    assert!(
+        text.contains("answered with Content-Type [], not \"application/x-worker-relay-conformance; echo=contract\"")
+            && text.contains("answered with Content-Type [], not \"application/octet-stream\""),
+        "{text}"
+    );
+    assert_passes(&sound, case);
+    // The hole the case closes: the echo cases take the broken app's answers.
+    assert_passes(&echoed, "worker.interleave.echo");
 }
 
 /// The slow tier: `cargo test` skips these (`#[ignore]`, each says why);
