@@ -50,7 +50,7 @@ macro_rules! tryf {
     };
 }
 
-/// The stream's `Content-Length` values.
+/// The answer's `Content-Length` (its first, trimmed).
 fn content_length(a: &Answered) -> Option<String> {
     a.headers
         .iter()
