@@ -1,4 +1,4 @@
-//! Issue 18: the conformance kit (examples/conformance) run in both modes
+//! Issue 18: the conformance kit (the `worker-relay-conformance` crate) run in both modes
 //! against the crate's own relay (the gateway on hyper, in process) and
 //! worker (the example worker's app on `Tunnel`, in process), where every
 //! case must pass; and against deliberately broken peers, each of which
@@ -12,11 +12,6 @@
 //! cases (`--long`, ~65 s) stay ignored outside the tier
 //! (`cargo test --test conformance -- --ignored keepalive`).
 
-#[path = "../examples/conformance/cli.rs"]
-#[allow(dead_code)] // the kit's own main uses the rest
-mod cli;
-#[path = "../examples/conformance/exec.rs"]
-mod exec;
 #[path = "conformance/fake_stream_relay.rs"]
 mod fake_stream_relay;
 #[path = "conformance/fake_worker.rs"]
@@ -25,65 +20,14 @@ mod fake_worker;
 mod fakes;
 #[path = "conformance/holes.rs"]
 mod holes;
-#[path = "../examples/conformance/http.rs"]
-mod http;
-#[path = "../examples/conformance/junit.rs"]
-mod junit;
-#[path = "../examples/conformance/kit.rs"]
-#[allow(dead_code)]
-mod kit;
-#[path = "../examples/conformance/relay_cases_caller.rs"]
-mod relay_cases_caller;
-#[path = "../examples/conformance/relay_cases_conn.rs"]
-mod relay_cases_conn;
-#[path = "../examples/conformance/relay_cases_faults.rs"]
-mod relay_cases_faults;
-#[path = "../examples/conformance/relay_cases_http.rs"]
-mod relay_cases_http;
-#[path = "../examples/conformance/relay_cases_interactive.rs"]
-mod relay_cases_interactive;
-#[path = "../examples/conformance/relay_cases_slow.rs"]
-mod relay_cases_slow;
-#[path = "../examples/conformance/relay_cases_token.rs"]
-mod relay_cases_token;
-#[path = "../examples/conformance/relay_cases_unread.rs"]
-mod relay_cases_unread;
-#[path = "../examples/conformance/relay_ctx.rs"]
-mod relay_ctx;
 #[path = "conformance/relay_mutations.rs"]
 mod relay_mutations;
-#[path = "../examples/conformance/relay_observe.rs"]
-mod relay_observe;
-#[path = "../examples/conformance/report.rs"]
-mod report;
-#[path = "../examples/conformance/runner.rs"]
-#[allow(dead_code)]
-mod runner;
-#[path = "../examples/conformance/tcp_state.rs"]
-#[allow(dead_code)]
-mod tcp_state;
 #[path = "../examples/common/worker_app.rs"]
 mod worker_app;
-#[path = "../examples/conformance/worker_app_contract.rs"]
-mod worker_app_contract;
-#[path = "../examples/conformance/worker_cases_bounds.rs"]
-mod worker_cases_bounds;
-#[path = "../examples/conformance/worker_cases_conn.rs"]
-mod worker_cases_conn;
-#[path = "../examples/conformance/worker_cases_interactive.rs"]
-mod worker_cases_interactive;
-#[path = "../examples/conformance/worker_cases_robust.rs"]
-mod worker_cases_robust;
-#[path = "../examples/conformance/worker_cases_streams.rs"]
-mod worker_cases_streams;
-#[path = "../examples/conformance/worker_ctx.rs"]
-mod worker_ctx;
 #[path = "conformance/worker_mutations.rs"]
 mod worker_mutations;
-#[path = "../examples/conformance/worker_observe.rs"]
-mod worker_observe;
-#[path = "../examples/conformance/ws_send.rs"]
-mod ws_send;
+
+use worker_relay_conformance::{cli, kit, relay_observe, report, runner, worker_ctx};
 
 use cli::{App, Config, Mode, RelayTarget, WorkerTarget};
 use report::{CaseResult, Outcome};
@@ -245,6 +189,27 @@ async fn worker_mode_keepalive_cases_pass_against_the_crates_worker() {
     assert_passes(&results, "worker.keepalive.ping");
     assert_passes(&results, "worker.keepalive.no-pong");
     worker.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issue_41s_cases_pass_against_the_crates_worker() {
+    // The crate's worker in a quick run of its own (the slow tier's every-case
+    // run has them too).
+    let cases = [
+        "worker.body.generated-chunks",
+        "worker.token.not-in-responses",
+        "worker.app.echo-contract",
+    ];
+    let runs = cases.map(|case| async move {
+        let cfg = worker_config(App::Example, Some(case));
+        let (results, worker) = run_worker(&cfg, |port| example_worker(port, Some(TOKEN))).await;
+        worker.abort();
+        (case, results)
+    });
+    for (case, results) in futures_util::future::join_all(runs).await {
+        assert_eq!(results.len(), 1, "{}", lines(&results));
+        assert_passes(&results, case);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -417,11 +382,13 @@ fn list_and_json_name_every_case_with_its_section() {
 
 #[test]
 fn the_readme_lists_every_case_with_its_section() {
-    // The README's case tables are what an implementer in another language
+    // The kit's README's case tables are what an implementer in another language
     // reads: a case added to the kit must appear there.
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let section = &readme[readme.find("## Conformance kit").expect("the section")..];
+    let section = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/conformance/README.md"
+    ))
+    .expect("conformance/README.md");
     let ids: Vec<(&str, &str)> = kit::relay_cases()
         .iter()
         .map(|c| (c.id, c.section))
@@ -431,7 +398,7 @@ fn the_readme_lists_every_case_with_its_section() {
         let row = section
             .lines()
             .find(|l| l.starts_with(&format!("| `{id}` |")))
-            .unwrap_or_else(|| panic!("README's conformance section has no row for {id}"));
+            .unwrap_or_else(|| panic!("the kit's README has no row for {id}"));
         let heading = sec.trim_start_matches('§').replace('-', " ");
         assert!(row.contains(&format!("| {heading} |")), "{id}: {row}");
     }

@@ -68,14 +68,27 @@ pub struct WorkerFlaws {
     /// Keeps its reconnect delay growing after a handshake succeeds (no
     /// reset to 1 s).
     pub no_backoff_reset: bool,
+    /// Sends the bodies it makes up (`/bytes`) in chunks of 2 MiB; what it
+    /// echoes stays within 1 MiB a chunk.
+    pub big_generated_chunks: bool,
+    /// Its 404 and 500 answers carry its connect token in a header (a
+    /// debugging aid left on).
+    pub token_in_header: bool,
+    /// Its 404 and 500 answers' bodies dump its configuration, connect
+    /// token included.
+    pub token_in_body: bool,
+    /// `/echo` answers without the request's Content-Type.
+    pub echo_drops_content_type: bool,
 }
 
 /// A worker that reads everything into memory (no 16-chunk bound) and has
 /// no message size limit; it pings every 10 s but never checks for pongs.
 /// Its app: `/health`, `/sleep?ms=`, `/echo` (401 at once without the
-/// worker token; a body without Content-Length is echoed piece by piece),
-/// `/fail-before`, `/fail-after?n=`, `/slow-sink` (reads at once, answers
-/// the length at its end), anything else 404 at once, the body unread.
+/// worker token; a body without Content-Length is echoed piece by piece;
+/// the request's Content-Type back), `/fail-before`, `/fail-after?n=`,
+/// `/slow-sink` (reads at once, answers the length at its end),
+/// `/bytes?n=` (n bytes of a pattern), anything else 404 at once, the body
+/// unread.
 /// Broken further by `flaws`.
 pub async fn worker(url: String, flaws: WorkerFlaws) {
     let mut delay = 1.0f64;
@@ -128,8 +141,10 @@ where
     let mut unread: HashMap<u32, usize> = HashMap::new();
     // Echoed as they come (a body without Content-Length).
     let mut echoing: HashSet<u32> = HashSet::new();
+    // The Content-Type each `/echo` answers with.
+    let mut echo_type: HashMap<u32, String> = HashMap::new();
     let auth = format!("Bearer {}", crate::WORKER_TOKEN);
-    let answer = |id, status, body| answer(id, status, body, flaws);
+    let answer = |id, status, body| answer(id, status, &[], body, flaws);
     let every = Duration::from_secs(10);
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     let doom = tokio::time::sleep(Duration::from_secs(20));
@@ -218,7 +233,13 @@ where
                     "/fail-before",
                     "/fail-after",
                     "/slow-sink",
+                    "/bytes",
                 ];
+                if t == "/echo" && !flaws.echo_drops_content_type {
+                    let ctype = head.headers().get("content-type");
+                    let ctype = ctype.unwrap_or("application/octet-stream");
+                    echo_type.insert(k, ctype.to_string());
+                }
                 if t == "/echo" && head.headers().get("authorization") != Some(auth.as_str()) {
                     unread.insert(k, 0);
                     answer(id, 401, b"unauthorized".to_vec())
@@ -233,7 +254,8 @@ where
                     && !flaws.hold_echo
                 {
                     echoing.insert(k);
-                    vec![response(id, 200, Headers::new())]
+                    let ctype = echo_type.get(&k).map(|t| ("content-type", t.as_str()));
+                    vec![response(id, 200, Headers::try_from_pairs(ctype).unwrap())]
                 } else {
                     open.insert(k, t);
                     continue;
@@ -243,6 +265,7 @@ where
                 vec![WsMsg::Binary(frame::encode_chunk(c.id, &c.data))]
             }
             Decoded::Control(ControlFrame::End { id }) if echoing.remove(&id.get()) => {
+                echo_type.remove(&id.get());
                 vec![WsMsg::Text(ControlFrame::End { id }.encode().into())]
             }
             Decoded::Chunk(c) => {
@@ -261,6 +284,7 @@ where
                 continue;
             }
             Decoded::Control(ControlFrame::Abort { id }) => {
+                echo_type.remove(&id.get());
                 open.remove(&id.get());
                 bodies.remove(&key(id.get()));
                 unread.remove(&id.get());
@@ -289,7 +313,21 @@ where
                     Some(t) if t.starts_with("/slow-sink") => {
                         answer(id, 200, body.len().to_string().into_bytes())
                     }
-                    Some(t) if t == "/echo" => answer(id, 200, body),
+                    Some(t) if t == "/echo" => {
+                        let ctype = echo_type.remove(&id.get()).map(|t| ("content-type", t));
+                        self::answer(id, 200, &Vec::from_iter(ctype), body, flaws)
+                    }
+                    Some(t) if t.starts_with("/bytes") => {
+                        let n: usize = t
+                            .split("n=")
+                            .nth(1)
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        let body = (0..n).map(|i| (i % 251) as u8).collect();
+                        let mut f = flaws;
+                        f.big_chunks |= flaws.big_generated_chunks;
+                        self::answer(id, 200, &[], body, f)
+                    }
                     Some(t) if t == "/fail-before" => {
                         if flaws.abort_before_response {
                             vec![WsMsg::Text(ControlFrame::Abort { id }.encode().into())]
@@ -333,11 +371,28 @@ fn response(id: StreamId, status: u16, headers: Headers) -> WsMsg {
     WsMsg::Text(ControlFrame::Response { id, head }.encode().into())
 }
 
-/// `response` (with Content-Length), the body in chunks of at most 1 MiB
-/// (at least one chunk), `end`.
-fn answer(id: StreamId, status: u16, body: Vec<u8>, flaws: WorkerFlaws) -> Vec<WsMsg> {
+/// `response` (with `headers` and Content-Length), the body in chunks of
+/// at most 1 MiB (at least one chunk), `end`.
+fn answer(
+    id: StreamId,
+    status: u16,
+    headers: &[(&str, String)],
+    mut body: Vec<u8>,
+    flaws: WorkerFlaws,
+) -> Vec<WsMsg> {
+    let mut headers = headers.to_vec();
+    if matches!(status, 404 | 500) {
+        if flaws.token_in_header {
+            headers.push(("x-debug-connect-token", TOKEN.to_string()));
+        }
+        if flaws.token_in_body {
+            let dump = format!("\nconfig: connect_token={TOKEN} worker=conformance\n");
+            body.extend_from_slice(dump.as_bytes());
+        }
+    }
     let said = body.len() + usize::from(flaws.wrong_content_length);
-    let headers = Headers::try_from_pairs([("content-length", said.to_string())]).unwrap();
+    headers.push(("content-length", said.to_string()));
+    let headers = Headers::try_from_pairs(headers).unwrap();
     let size = if flaws.big_chunks {
         2 * frame::MAX_CHUNK_BODY
     } else {

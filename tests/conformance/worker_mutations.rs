@@ -18,6 +18,17 @@
 //! - `close_on_malformed`: `worker.ignore.malformed` and
 //!   `worker.robust.random-frames` WARN (the spec does not forbid it);
 //!   `close_on_unknown`: `worker.ignore.unknown` FAILs.
+//!
+//! Issue 41's:
+//! - `big_generated_chunks` (2 MiB chunks of the bodies it makes up, its
+//!   echoes within 1 MiB): `worker.body.generated-chunks` (before it, the
+//!   flaw passed every case: `worker.body.large-response` measures echoes);
+//! - `token_in_header`, `token_in_body` (its 404 and 500 answers carry its
+//!   connect token): `worker.token.not-in-responses`, and any case that saw
+//!   such an answer (`worker.app.fail-before`, which passed before);
+//! - `echo_drops_content_type` (its `/echo` answers without the request's
+//!   Content-Type, which every echo case took before):
+//!   `worker.app.echo-contract`, by name as the app's contract.
 
 use crate::cli::App;
 use crate::fakes::WorkerFlaws as F;
@@ -200,6 +211,107 @@ async fn a_worker_refusing_a_full_chunk_fails_the_exact_limit_case() {
         ..d()
     };
     caught_with_control(flaws, "worker.oversize.exact-limit").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_sending_its_generated_bodies_in_2_mib_chunks_fails_the_generated_case() {
+    let flaws = F {
+        big_generated_chunks: true,
+        ..d()
+    };
+    let case = "worker.body.generated-chunks";
+    let (broken, sound, echoed) = futures_util::future::join3(
+        fake_worker_run(flaws, case),
+        fake_worker_run(d(), case),
+        fake_worker_run(flaws, "worker.body.large-response"),
+    )
+    .await;
+    assert_fails(&broken, case);
+    let text = outcome(&broken, case).text();
+    assert!(text.contains("largest 2097152, over the limit"), "{text}");
+    assert_passes(&sound, case);
+    // The hole the case closes: what the fake echoes stays within 1 MiB a chunk.
+    assert_passes(&echoed, "worker.body.large-response");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_error_pages_carry_its_connect_token_fails_the_token_case() {
+    let case = "worker.token.not-in-responses";
+    let header = F {
+        token_in_header: true,
+        ..d()
+    };
+    let body = F {
+        token_in_body: true,
+        ..d()
+    };
+    let (in_header, in_body, sound, seen_elsewhere) = futures_util::future::join4(
+        fake_worker_run(header, case),
+        fake_worker_run(body, case),
+        fake_worker_run(d(), case),
+        fake_worker_run(body, "worker.app.fail-before"),
+    )
+    .await;
+    // Shown with --nocapture: what each fake came to.
+    for (name, r) in [
+        ("token_in_header", &in_header),
+        ("token_in_body", &in_body),
+        ("control", &sound),
+    ] {
+        eprintln!("{name}:\n{}", lines(r));
+    }
+    for broken in [&in_header, &in_body] {
+        assert_fails(broken, case);
+        let text = outcome(broken, case).text();
+        assert!(text.contains("came back in 2 of 5 answers"), "{text}");
+        assert!(
+            text.contains("404 to GET /conformance/no-such-route")
+                && text.contains("500 to GET /fail-before"),
+            "{text}"
+        );
+        // The report names where, never the token.
+        assert!(!text.contains(crate::TOKEN), "{text}");
+    }
+    let text = outcome(&in_header, case).text();
+    assert!(
+        text.contains("in header \"x-debug-connect-token\""),
+        "{text}"
+    );
+    let text = outcome(&in_body, case).text();
+    assert!(
+        text.contains("body carries the worker's connect token (at byte "),
+        "{text}"
+    );
+    assert_passes(&sound, case);
+    // Every response is looked at: the 500 fails the case that asked for it.
+    assert_fails(&seen_elsewhere, "worker.app.fail-before");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_whose_echo_drops_the_content_type_fails_the_echo_contract() {
+    let case = "worker.app.echo-contract";
+    let flaws = F {
+        echo_drops_content_type: true,
+        ..d()
+    };
+    let (broken, sound, echoed) = futures_util::future::join3(
+        fake_worker_run(flaws, case),
+        fake_worker_run(d(), case),
+        fake_worker_run(flaws, "worker.interleave.echo"),
+    )
+    .await;
+    eprintln!("broken:\n{}\ncontrol:\n{}", lines(&broken), lines(&sound));
+    assert_fails(&broken, case);
+    let text = outcome(&broken, case).text();
+    assert!(text.starts_with("app contract (--app example)"), "{text}");
+    assert!(
+        text.contains("answered with Content-Type [], not \"application/x-worker-relay-conformance; echo=contract\"")
+            && text.contains("answered with Content-Type [], not \"application/octet-stream\""),
+        "{text}"
+    );
+    assert_passes(&sound, case);
+    // The hole the case closes: the echo cases take the broken app's answers.
+    assert_passes(&echoed, "worker.interleave.echo");
 }
 
 /// The slow tier: `cargo test` skips these (`#[ignore]`, each says why);

@@ -1,5 +1,4 @@
 //! Worker mode: the kit plays the relay. It listens, answers the worker's
-#![allow(dead_code)] // shared with tests/conformance.rs, which use a part
 //! handshake itself (so it can refuse with any status, or leave out the
 //! subprotocol), then talks frames over tokio-tungstenite.
 
@@ -307,7 +306,7 @@ impl WorkerCtx {
             closed: None,
             pings: Vec::new(),
             next_id: 100,
-            obs: Observer::new(self.observed.clone()),
+            obs: Observer::new(self.observed.clone()).watching(self.t.token.as_deref()),
         }))
     }
 

@@ -32,6 +32,7 @@ pub fn relay_cases() -> Vec<Case<RelayCtx>> {
 
 pub fn worker_cases() -> Vec<Case<WorkerCtx>> {
     let mut c = worker_cases_streams::cases();
+    c.extend(crate::worker_cases_responses::cases());
     c.extend(worker_cases_interactive::cases());
     c.extend(worker_cases_bounds::cases());
     c.extend(crate::worker_cases_robust::cases());

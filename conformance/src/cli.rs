@@ -7,14 +7,14 @@ use std::time::Duration;
 
 pub const USAGE: &str = "\
 usage:
-  conformance relay  --url http://HOST:PORT --worker-id ID [--token-env VAR]
-                     [--connect-path /connect] [--prefix /w/] [options]
+  worker-relay-conformance relay  --url http://HOST:PORT --worker-id ID [--token-env VAR]
+                                  [--connect-path /connect] [--prefix /w/] [options]
       plays a worker (dials ws://HOST:PORT/connect with the connect token in
       $VAR, default STRATA_WORKER_CONNECT_TOKEN) and the HTTP callers of
       http://HOST:PORT/w/ID/...
-  conformance worker [--exec 'CMD {url}'] [--listen HOST:PORT] [--token-env VAR]
-                     [--worker-token-env VAR] [--app example|strata|health-only]
-                     [--wait SECS] [--final-wait SECS] [options]
+  worker-relay-conformance worker [--exec 'CMD {url}'] [--listen HOST:PORT] [--token-env VAR]
+                                  [--worker-token-env VAR] [--app example|strata|health-only]
+                                  [--wait SECS] [--final-wait SECS] [options]
       plays the relay: the worker under test dials ws://HOST:PORT/connect
       (--listen, default 127.0.0.1:0 with --exec, else 127.0.0.1:9000).
       --exec: the kit starts the worker itself with `sh -c CMD`, {url}

@@ -30,8 +30,11 @@
 //!   this is how `worker.flow.discard-unread` gets an answer the app gives
 //!   without reading the body.
 //!
-//! The example app also has `POST /sha256` and `GET /bytes?n=N`; no case
-//! needs them.
+//! - `GET /bytes?n=N`: 200, N bytes the app makes up (any content), with
+//!   their Content-Length. For the chunk limit on a body the app generates
+//!   (`worker.body.generated-chunks`).
+//!
+//! The example app also has `POST /sha256`; no case needs it.
 #![allow(dead_code)] // ROUTES: for --list and the README
 
 use crate::report::Outcome;
@@ -67,6 +70,8 @@ pub const ROUTES: &[(&str, &[&str])] = &[
     ("worker.upload.interactive", &["POST /echo"]),
     ("worker.body.empty-chunks", &["POST /echo"]),
     ("worker.body.large-response", &["POST /echo"]),
+    ("worker.body.generated-chunks", &["GET /bytes?n=3145745"]),
+    ("worker.app.echo-contract", &["POST /echo"]),
 ];
 
 /// The path a worker's app does not have: answered 404 without reading.

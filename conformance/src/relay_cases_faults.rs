@@ -322,6 +322,7 @@ impl Rng {
         Rng(seed.max(1))
     }
 
+    #[allow(clippy::should_implement_trait)] // a seeded generator, never ending: not an iterator
     pub fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;

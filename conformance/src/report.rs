@@ -1,5 +1,4 @@
 //! Results: one line per case, the summary, the JSON report.
-#![allow(dead_code)] // shared with tests/conformance.rs, which use a part
 
 use std::time::Duration;
 

@@ -1,5 +1,4 @@
 //! Relay mode: the kit plays the worker (a raw WebSocket through
-#![allow(dead_code)] // shared with tests/conformance.rs, which use a part
 //! tokio-tungstenite, frames built and read with the crate's `frame` layer)
 //! and the HTTP callers (`http`).
 

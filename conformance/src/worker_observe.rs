@@ -18,6 +18,10 @@
 //!   `Content-Length` at `end`.
 //! - §Relay-to-worker: anything for a stream more than [`ABORT_GRACE`] after
 //!   the kit aborted it ("it sends nothing more for the stream").
+//! - §Connecting: a response that carries the worker's connect token, in a
+//!   header or its body (the token "is the relay's credential for this
+//!   worker and nothing else"), when the kit knows the token (see
+//!   [`Observer::watching`]). The line says where, never the token.
 
 use crate::worker_ctx::Answered;
 use serde_json::Value;
@@ -32,7 +36,11 @@ use worker_relay::frame::{MAX_CHUNK_BODY, MAX_MESSAGE_LEN};
 pub const ABORT_GRACE: Duration = Duration::from_secs(2);
 
 /// At most this many violation lines per case (then a count).
-const MAX_LINES: usize = 12;
+pub const MAX_LINES: usize = 12;
+
+/// The shortest connect token the observer looks for: a shorter one could
+/// turn up in ordinary bodies by chance.
+pub const MIN_SECRET: usize = 8;
 
 /// What the observers of one kit run found, shared by its connections.
 #[derive(Debug, Default)]
@@ -76,6 +84,8 @@ pub struct Observer {
     epoch: u64,
     /// Raw ids the worker used that are not u32 ("-1", "\"7\"", "4294967296", "1.5").
     pub bad_ids: Vec<String>,
+    /// The worker's connect token, which no response may carry.
+    secret: Option<Vec<u8>>,
 }
 
 fn snip(t: &str) -> String {
@@ -106,6 +116,15 @@ fn raw_id(v: Option<&Value>) -> RawId {
     }
 }
 
+/// Where `needle` first occurs in `hay`.
+pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || hay.len() < needle.len() {
+        return None;
+    }
+    (0..=hay.len() - needle.len())
+        .find(|&i| hay[i] == needle[0] && &hay[i..i + needle.len()] == needle)
+}
+
 fn latin1(s: &str) -> bool {
     s.chars().all(|c| (c as u32) <= 0xff)
 }
@@ -132,7 +151,25 @@ impl Observer {
             opened: HashMap::new(),
             epoch: 0,
             bad_ids: Vec::new(),
+            secret: None,
         }
+    }
+
+    /// Also looks for `token`, the worker's connect token, in every
+    /// response's headers and body, if it is at least [`MIN_SECRET`]
+    /// bytes long.
+    pub fn watching(mut self, token: Option<&str>) -> Observer {
+        self.secret = token
+            .filter(|t| t.len() >= MIN_SECRET)
+            .map(|t| t.as_bytes().to_vec());
+        self
+    }
+
+    /// Whether `text` holds the connect token.
+    fn holds_secret(&self, text: &[u8]) -> bool {
+        self.secret
+            .as_deref()
+            .is_some_and(|t| find(text, t).is_some())
     }
 
     fn violation(&self, line: String) {
@@ -285,7 +322,19 @@ impl Observer {
             s.out_of_order += 1;
         }
         let before_response = s.status.is_none() && !s.ended && !s.aborted;
+        let from = s.body.len();
         s.body.extend_from_slice(&b[4..]);
+        if let Some(t) = self.secret.as_deref() {
+            // The new bytes, and the token's length less one before them (a
+            // token cut across two chunks).
+            let start = from.saturating_sub(t.len() - 1);
+            if let Some(at) = find(&s.body[start..], t) {
+                self.violation(format!(
+                    "stream {k}'s body carries the worker's connect token (at byte {})",
+                    start + at
+                ));
+            }
+        }
         s.chunks += 1;
         s.max_chunk = s.max_chunk.max(b.len() - 4);
         if before_response {
@@ -365,6 +414,29 @@ impl Observer {
                             o.get("status").map_or("missing".into(), |v| v.to_string())
                         ));
                     }
+                }
+                let leaked = match &headers {
+                    Some(h) => h
+                        .iter()
+                        .filter(|(n, v)| {
+                            self.holds_secret(n.as_bytes()) || self.holds_secret(v.as_bytes())
+                        })
+                        .map(|(n, _)| {
+                            if self.holds_secret(n.as_bytes()) {
+                                "a header's name".to_string()
+                            } else {
+                                format!("header {n:?}")
+                            }
+                        })
+                        .collect(),
+                    None if self.holds_secret(t.as_bytes()) => vec!["its headers".to_string()],
+                    None => Vec::new(),
+                };
+                if !leaked.is_empty() {
+                    self.violation(format!(
+                        "a response on stream {k} carries the worker's connect token in {}",
+                        leaked.join(", ")
+                    ));
                 }
                 match headers {
                     Some(h) => s.headers = h,
@@ -539,6 +611,57 @@ mod tests {
             v,
             ["stream 101: Content-Length 5, but 4 body bytes before its end"]
         );
+    }
+
+    #[test]
+    fn the_connect_token_in_a_header_or_a_body_is_named_never_shown() {
+        const SECRET: &str = "ct-0123456789abcdef";
+        let shared = SharedRef::default();
+        let mut o = Observer::new(shared.clone()).watching(Some(SECRET));
+        let mut streams = HashMap::new();
+        for id in [101, 102, 103] {
+            o.sent(
+                &text(&format!(r#"{{"type":"request","id":{id},"method":"GET","path":"/x","query":"","headers":[]}}"#)),
+                &mut streams,
+            );
+        }
+        let (head, tail) = SECRET.split_at(7);
+        for m in [
+            text(&format!(
+                r#"{{"type":"response","id":101,"status":404,"headers":[["X-Debug","token={SECRET}"]]}}"#
+            )),
+            text(r#"{"type":"end","id":101}"#),
+            // The token cut across two chunks.
+            text(r#"{"type":"response","id":102,"status":500,"headers":[]}"#),
+            chunk(102, format!("config: connect_token={head}").as_bytes()),
+            chunk(102, format!("{tail}\n").as_bytes()),
+            text(r#"{"type":"end","id":102}"#),
+            // Its prefix alone is not the token.
+            text(r#"{"type":"response","id":103,"status":200,"headers":[["a","ct-0123"]]}"#),
+            chunk(103, head.as_bytes()),
+            text(r#"{"type":"end","id":103}"#),
+        ] {
+            o.take(&m, &mut streams);
+        }
+        let v = shared.lock().unwrap().take_violations();
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(
+            v[0].contains("stream 101") && v[0].contains("header \"X-Debug\""),
+            "{v:?}"
+        );
+        assert!(
+            v[1].contains("stream 102's body") && v[1].contains("at byte 22"),
+            "{v:?}"
+        );
+        assert!(
+            v.iter().all(|l| !l.contains(SECRET) && !l.contains(tail)),
+            "{v:?}"
+        );
+        // A kit that knows no token (or one too short to look for) looks for nothing.
+        assert!(Observer::new(shared.clone())
+            .watching(Some("short"))
+            .secret
+            .is_none());
     }
 
     #[test]
