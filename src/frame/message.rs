@@ -64,7 +64,12 @@ pub enum Message {
     Text(String),
     /// A binary message: a body chunk (4-byte stream id, then body bytes).
     Binary(Bytes),
-    /// A ping with its application data.
+    /// A ping with its application data. Its answer is the WebSocket
+    /// library's (tungstenite answers before the application sees the
+    /// ping), or the machine's when its configuration's `answer_pings` is
+    /// on, for a library that leaves it to the application (actix-ws); the
+    /// `rt` module's docs say which to choose. A ping left unanswered makes
+    /// the peer's keepalive drop the connection.
     Ping(Bytes),
     /// A pong with its application data.
     Pong(Bytes),

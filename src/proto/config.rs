@@ -60,6 +60,7 @@ pub(crate) struct Common {
     pub keepalive: Option<KeepaliveConfig>,
     pub head_limits: HeadLimits,
     pub close_timeout: Duration,
+    pub answer_pings: bool,
 }
 
 impl Default for Common {
@@ -75,6 +76,7 @@ impl Default for Common {
             keepalive: Some(KeepaliveConfig::default()),
             head_limits: HeadLimits::default(),
             close_timeout: DEFAULT_CLOSE_TIMEOUT,
+            answer_pings: false,
         }
     }
 }
@@ -235,6 +237,20 @@ impl<P: Side> Config<P> {
         self.common.close_timeout
     }
 
+    /// Whether the machine answers the peer's WebSocket pings itself: a
+    /// `Message::Pong` with the ping's data, ahead of body chunks, for the
+    /// latest ping not answered yet (RFC 6455 §5.5.3; a ping over 125
+    /// bytes, which no WebSocket may send, is not answered). Default off:
+    /// most WebSocket libraries answer pings before the application sees
+    /// them (tungstenite, and so this crate's `worker-relay-hyper`; a pong
+    /// more is harmless, but needless). Turn it on over a library that
+    /// hands pings to the application and leaves the answer to it (such as
+    /// actix-ws): a peer whose pings go unanswered takes the connection for
+    /// dead (the spec's keepalive: after 20 s).
+    pub fn answer_pings(&self) -> bool {
+        self.common.answer_pings
+    }
+
     /// A builder starting from the defaults.
     pub fn builder() -> ConfigBuilder<P> {
         ConfigBuilder(Config::default())
@@ -347,6 +363,21 @@ impl<P: Side> ConfigBuilder<P> {
     /// (nginx's `lingering_timeout`); longer than zero.
     pub fn close_timeout(mut self, value: Duration) -> Self {
         self.0.common.close_timeout = value;
+        self
+    }
+
+    /// Whether the machine answers the peer's WebSocket pings itself: a
+    /// `Message::Pong` with the ping's data, ahead of body chunks, for the
+    /// latest ping not answered yet (RFC 6455 §5.5.3; a ping over 125
+    /// bytes, which no WebSocket may send, is not answered). Default off:
+    /// most WebSocket libraries answer pings before the application sees
+    /// them (tungstenite, and so this crate's `worker-relay-hyper`; a pong
+    /// more is harmless, but needless). Turn it on over a library that
+    /// hands pings to the application and leaves the answer to it (such as
+    /// actix-ws): a peer whose pings go unanswered takes the connection for
+    /// dead (the spec's keepalive: after 20 s).
+    pub fn answer_pings(mut self, value: bool) -> Self {
+        self.0.common.answer_pings = value;
         self
     }
 

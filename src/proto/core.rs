@@ -27,6 +27,10 @@ pub(crate) enum Input {
     Closed(Option<CloseFrame>),
 }
 
+/// The most application data a ping may carry (RFC 6455 §5.5: a control
+/// frame's payload is at most 125 bytes).
+const MAX_PING_DATA: usize = 125;
+
 #[derive(Debug)]
 pub(crate) struct Core {
     pub out: Outbound,
@@ -49,6 +53,8 @@ pub(crate) struct Core {
     close_deadline: Option<Instant>,
     /// The close deadline passed: the transport is to be dropped.
     pub close_timed_out: bool,
+    /// Answer the peer's pings (`answer_pings`).
+    answer_pings: bool,
 }
 
 impl Core {
@@ -73,6 +79,7 @@ impl Core {
             closing: None,
             closed: false,
             stats: Stats::default(),
+            answer_pings: config.answer_pings,
         }
     }
 
@@ -108,8 +115,14 @@ impl Core {
                 }
                 return Ok(Input::Nothing);
             }
-            // The WebSocket library answers pings.
-            Message::Ping(_) => return Ok(Input::Nothing),
+            // The WebSocket library answers pings, unless the machine is
+            // asked to (`answer_pings`): one pong, for the latest ping.
+            Message::Ping(p) => {
+                if self.answer_pings && p.len() <= MAX_PING_DATA {
+                    self.out.push_pong(p);
+                }
+                return Ok(Input::Nothing);
+            }
             Message::Text(t) => {
                 match frame::decode_control_limited(&t, Some(&self.limits), Some(wanted)) {
                     Ok(Some(f)) => Ok(Decoded::Control(f)),

@@ -73,6 +73,8 @@ pub(crate) struct Outbound {
     /// Streams refused bytes (`OutStream::blocked`), possibly some gone
     /// since: [`Outbound::wake_blocked`] looks at these, not every stream.
     blocked: Vec<StreamKey>,
+    /// A pong is in `control`, not sent yet.
+    pong_queued: bool,
 }
 
 impl Outbound {
@@ -88,6 +90,7 @@ impl Outbound {
             chunk_size: chunk_size.clamp(1, crate::frame::MAX_CHUNK_BODY),
             max_chunk: chunk_size.clamp(1, crate::frame::MAX_CHUNK_BODY),
             writable: Vec::new(),
+            pong_queued: false,
             blocked: Vec::new(),
         }
     }
@@ -101,6 +104,24 @@ impl Outbound {
             ends: false,
             head: false,
         });
+    }
+
+    /// Queues a pong ahead of everything, or, if one is queued and not
+    /// sent yet, gives it this payload instead: the answer to the latest
+    /// ping only, so a peer's ping flood costs one queued message.
+    pub fn push_pong(&mut self, data: Bytes) {
+        if self.pong_queued {
+            // Near the front: only urgent messages go before it.
+            if let Some(queued) = self.control.iter_mut().find_map(|c| match &mut c.msg {
+                Message::Pong(queued) => Some(queued),
+                _ => None,
+            }) {
+                *queued = data;
+                return;
+            }
+        }
+        self.pong_queued = true;
+        self.push_urgent(Message::Pong(data));
     }
 
     /// Queues a message ahead of everything (a keepalive ping).
@@ -266,6 +287,7 @@ impl Outbound {
     /// Forgets every stream and everything queued (the connection is gone).
     pub fn clear(&mut self) {
         self.control.clear();
+        self.pong_queued = false;
         self.streams.clear();
         self.ready.clear();
         self.queued = 0;
@@ -330,6 +352,9 @@ impl Outbound {
     /// The next message: control first, then one chunk of the next stream in turn.
     pub fn poll_transmit(&mut self) -> Option<(Message, Sent)> {
         if let Some(c) = self.control.pop_front() {
+            if matches!(c.msg, Message::Pong(_)) {
+                self.pong_queued = false;
+            }
             let ended = if c.ends { c.key } else { None };
             return Some((c.msg, Sent { ended }));
         }

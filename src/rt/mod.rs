@@ -36,6 +36,33 @@
 //! message itself, as WebSocket libraries do (tungstenite does); the
 //! machines do not queue that answer.
 //!
+//! # Who answers pings
+//!
+//! The peer's keepalive pings every 20 s and takes the connection for dead
+//! when no pong comes within 20 s more. Most WebSocket libraries answer a
+//! ping before the application sees it (tungstenite does, and so
+//! `worker-relay-hyper`'s `ws::WsSocket`); then leave the configurations'
+//! `answer_pings` off, the default. Over a library that hands pings to the
+//! application and leaves the answer to it (actix-ws does), turn it on
+//! ([`RelayConfig::answer_pings`](crate::proto::RelayConfig::answer_pings),
+//! [`WorkerConfig::answer_pings`](crate::proto::WorkerConfig::answer_pings)):
+//! the driver then sends the pong, ahead of body chunks. A relay that
+//! leaves pings unanswered loses each worker about every 40 s.
+//!
+//! # Overflow on a server
+//!
+//! [`relay`] assumes no runtime and no file system, so a slow caller's
+//! response waits in memory: 1 MiB per stream, then a [`MemoryOverflow`] of
+//! 64 MiB for the connection. On a server with many callers that is the
+//! wrong trade: a caller reading at 20 MB/s while the worker sends at 200
+//! gets its response cut once 64 MiB wait (in issue 44's trial, a 100 MiB
+//! download read at 20 MB/s ended at 11.5 MB), and each connection may
+//! hold 65 MiB of RAM. Give a server's relays a store on disk, one budget for all
+//! of them, with [`relay_with_overflow`]: `worker-relay-hyper`'s
+//! `TempFileOverflow` (unlinked temporary files, 8 GiB by default, its work
+//! on tokio's blocking pool), which is what its `gateway::Gateway` uses,
+//! with 256 KiB per stream in memory first.
+//!
 //! Before each command a handle passes to the machine, the driver's clock
 //! is read ([`Timer::now`]), so the deadlines a command restarts count from
 //! when it was issued.
