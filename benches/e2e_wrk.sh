@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Issue 17: small requests with a real load generator. wrk (1 thread, 16
-# connections) on GET /health of the worker example's app, served through
-# the relay example (/w/abc/health) and served directly by the same app
-# (`worker --listen`, the crate's hyper server), alternately, twice each,
-# with the CPU each process used during each run.
+# Issues 17 and 42: small requests with a real load generator. wrk (1
+# thread, 16 connections) on GET /health of the worker example's app, served
+# three ways, in turn, twice each, with the CPU each process used during
+# each run:
+#   - through the relay example and a worker example dialled into it
+#     (/w/abc/health);
+#   - through nginx `proxy_pass` into the same app, one worker process,
+#     kept-alive upstream connections: the proxy users would put there
+#     instead (issue 42's baseline; nginx-light installed if missing);
+#   - directly by the same app (`worker --listen`, the crate's hyper server).
 #
 #   bash benches/e2e_wrk.sh
 #   WRK_SECONDS=10 WRK_CONNECTIONS=32 bash benches/e2e_wrk.sh
@@ -23,26 +28,29 @@ relay_threads=("${threads[@]}") worker_threads=("${threads[@]}")
 [ -z "${RELAY_THREADS:-}" ] || relay_threads=(--threads "$RELAY_THREADS")
 [ -z "${WORKER_THREADS:-}" ] || worker_threads=(--threads "$WORKER_THREADS")
 
-if ! command -v wrk >/dev/null; then
-    [ "$(id -u)" = 0 ] || { echo "e2e_wrk.sh: wrk is missing (apt-get install wrk)" >&2; exit 1; }
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk \
-        || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
-fi
+# need, port, secret, wait_port, us
+. benches/lib.sh
+need wrk wrk
+need nginx nginx-light
+nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 cargo build --release --example relay --example worker
 bin=target/release/examples
 
 dir="$(mktemp -d /tmp/worker-relay-wrk.XXXXXX)"
-pids=()
+chmod 755 "$dir"   # nginx's worker process runs as nobody
+pids=() nginx_pid=""
 cleanup() {
     exec 2>/dev/null
+    if [ -n "$nginx_pid" ]; then
+        kill -TERM "$nginx_pid" || true   # nginx stops its own worker
+        for _ in $(seq 100); do kill -0 "$nginx_pid" || break; sleep 0.05; done
+        kill -KILL "$nginx_pid" || true
+    fi
     for p in "${pids[@]}"; do kill -KILL "$p" || true; done
     wait || true
     rm -rf "$dir"
 }
 trap cleanup EXIT
-
-# port, secret, wait_port, us
-. benches/lib.sh
 # CPU seconds (user + system) a process has used so far.
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$1/stat"; }
 
@@ -60,6 +68,43 @@ direct_pid=$!; pids+=($!)
 wait_port "$direct_port"
 for _ in $(seq 200); do grep -q "worker abc connected" "$dir/relay.log" && break; sleep 0.05; done
 grep -q "worker abc connected" "$dir/relay.log" || { cat "$dir"/*.log >&2; exit 1; }
+
+# nginx: one worker process, HTTP/1.1 with kept-alive connections to the
+# app (as a proxy in front of an app is set up), no access log.
+nginx_port="$(port)"
+cat > "$dir/nginx.conf" <<NGINX
+daemon off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/nginx-error.log;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $dir/client_body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    upstream app {
+        server 127.0.0.1:$direct_port;
+        keepalive 32;
+    }
+    server {
+        listen 127.0.0.1:$nginx_port;
+        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+NGINX
+"$nginx_bin" -c "$dir/nginx.conf" -p "$dir" 2> "$dir/nginx.log" &
+nginx_pid=$!
+wait_port "$nginx_port"
+nginx_worker=""
+for _ in $(seq 100); do nginx_worker="$(pgrep -P "$nginx_pid" | head -1)" && [ -n "$nginx_worker" ] && break; sleep 0.05; done
+[ -n "$nginx_worker" ] || { echo "e2e_wrk.sh: nginx started no worker process" >&2; cat "$dir/nginx.log" >&2; exit 1; }
 
 export E2E_WRK_AUTH="$worker_token"
 declare -A rate=() p50=()
@@ -85,15 +130,21 @@ run() {  # run KEY URL PID...
 }
 echo
 echo "GET /health, wrk -t1 -c$conns -d${seconds}s --latency; runtime threads: ${THREADS:-one per core} (relay ${RELAY_THREADS:-${THREADS:-one per core}}, worker ${WORKER_THREADS:-${THREADS:-one per core}}); CPU seconds during the run"
-echo "| path | requests/s | p50 | p99 | CPU s: relay / worker / wrk (direct: app / wrk) | errors |"
+echo "| path | requests/s | p50 | p99 | CPU s: relay / worker / wrk (nginx: nginx / app / wrk; direct: app / wrk) | errors |"
 echo "|---|---|---|---|---|---|"
 for round in 1 2; do
     run relay "http://127.0.0.1:$relay_port/w/abc/health" "$relay_pid" "$worker_pid"
+    run nginx "http://127.0.0.1:$nginx_port/health" "$nginx_worker" "$direct_pid"
     run direct "http://127.0.0.1:$direct_port/health" "$direct_pid"
 done
 relay_rate="$(awk "BEGIN { print ${rate[relay]} }")" direct_rate="$(awk "BEGIN { print ${rate[direct]} }")"
+nginx_rate="$(awk "BEGIN { print ${rate[nginx]} }")"
 relay_p50="$(awk "BEGIN { print (${p50[relay]}) / 2 }")" direct_p50="$(awk "BEGIN { print (${p50[direct]}) / 2 }")"
 awk -v r="$relay_rate" -v d="$direct_rate" -v rp="$relay_p50" -v dp="$direct_p50" 'BEGIN {
-    printf "\nthrough the relay vs direct: %.2fx the rate (goal >= 0.5x); p50 %.0f vs %.0f us: %.0f us added (goal <= 50 us)\n",
+    printf "\nthrough the relay vs direct: %.2fx the rate; p50 %.0f vs %.0f us: %.0f us added (goal <= 50 us)\n",
         r / d, rp, dp, rp - dp
+}'
+awk -v r="$relay_rate" -v n="$nginx_rate" -v d="$direct_rate" 'BEGIN {
+    printf "nginx proxy_pass vs direct: %.2fx; relay + worker vs nginx proxy_pass: %.2fx (issue 42: goal >= 1.0x, stretch 1.2x)\n",
+        n / d, r / n
 }'
