@@ -1,4 +1,4 @@
-//! The drivers' clock on tokio (feature `tokio`).
+//! The core's drivers' clock on tokio.
 
 use std::time::Instant;
 use worker_relay::rt::{Sleep, Timer};
