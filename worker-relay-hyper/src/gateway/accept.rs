@@ -8,7 +8,7 @@ use crate::ws::WsSocket;
 use crate::TokioTimer;
 use futures_core::Stream;
 use futures_sink::Sink;
-use http::header::{self, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::future::{poll_fn, Future};
@@ -34,14 +34,19 @@ use worker_relay::rt::{self, DriverError};
 /// service routed elsewhere), the token alone names the worker.
 pub(super) async fn accept<B>(inner: &Arc<Inner>, req: Request<B>) -> Response<GatewayBody> {
     let resp = decide_and_upgrade(inner, req).await;
-    crate::observe::relay::handshake(match resp.status().as_u16() {
+    crate::observe::relay::handshake(outcome(resp.status()));
+    resp
+}
+
+/// The handshake metric's `outcome` for the relay's answer.
+pub(super) fn outcome(status: StatusCode) -> &'static str {
+    match status.as_u16() {
         101 => "accepted",
         401 | 403 => "unauthorized",
         429 => "rate_limited",
         400..=499 => "bad_request",
         _ => "refused",
-    });
-    resp
+    }
 }
 
 async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Response<GatewayBody> {
@@ -50,45 +55,10 @@ async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Respo
         Ok(key) => key,
         Err(refusal) => return *refusal,
     };
-    if inner.draining.load(std::sync::atomic::Ordering::SeqCst) {
-        let mut resp = answer(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the relay is shutting down",
-        );
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return resp;
-    }
-    let table = inner.tokens();
-    let (worker, by_hook) = match decide(inner, &table, &req, peer) {
-        Ok(worker) => (worker, false),
-        Err(Undecided::Refused(refusal)) => return *refusal,
-        // Not the request itself across the await: its body need not be
-        // `Sync`.
-        Err(Undecided::AskHook(presented)) => match ask_hook(inner, presented).await {
-            Ok(worker) => (worker, true),
-            Err(refusal) => return *refusal,
-        },
+    let admission = match admission(inner, req.uri().path(), req.headers(), peer).await {
+        Ok(admission) => admission,
+        Err(refusal) => return *refusal,
     };
-    if let Some(wait) = inner.registry.damped(&worker, peer) {
-        let mut resp = answer(
-            StatusCode::TOO_MANY_REQUESTS,
-            "this worker's connection keeps being replaced; try later",
-        );
-        if let Ok(v) = HeaderValue::from_str(&wait.as_secs().to_string()) {
-            resp.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        return resp;
-    }
-    if inner.registry.policy() == super::DuplicatePolicy::Refuse
-        && inner.registry.handle(worker.as_str()).is_some()
-    {
-        tracing::info!("worker {worker}: refused a second connection while connected (503)");
-        let mut resp = answer(StatusCode::SERVICE_UNAVAILABLE, "worker already connected");
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return resp;
-    }
     if req
         .extensions()
         .get::<hyper::upgrade::OnUpgrade>()
@@ -103,12 +73,11 @@ async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Respo
         );
     }
     let on_upgrade = hyper::upgrade::on(&mut req);
-    let inner2 = inner.clone();
     tokio::spawn(async move {
         let upgraded = match on_upgrade.await {
             Ok(u) => u,
             Err(e) => {
-                tracing::info!("worker {worker}: upgrade failed: {e}");
+                tracing::info!("worker {}: upgrade failed: {e}", admission.worker);
                 return;
             }
         };
@@ -116,14 +85,7 @@ async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Respo
         // sends (a response body), without holding a large buffer per idle
         // worker.
         let socket = WsSocket::server(ReadAhead::new(TokioIo::new(upgraded))).await;
-        // A worker the hook let in is the hook's to revoke: no table
-        // decided it, so no table change closes it.
-        let decided = Decided {
-            table: (!by_hook).then_some(table),
-            peer,
-            by_hook,
-        };
-        let _ = attach(&inner2, worker, socket, decided).await;
+        let _ = admission.serve(socket).await;
     });
     let mut resp = Response::new(GatewayBody::empty());
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -138,6 +100,113 @@ async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Respo
         h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
     }
     resp
+}
+
+/// The gateway's decision on a worker's handshake, whatever accepts the
+/// WebSocket: 503 while draining, the token (table, then the hook), flap
+/// damping (429), the `Refuse` policy (503); or the admission.
+pub(super) async fn admission(
+    inner: &Arc<Inner>,
+    path: &str,
+    headers: &HeaderMap,
+    peer: Option<SocketAddr>,
+) -> Result<Admission, Refusal> {
+    if inner.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        let mut resp = answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the relay is shutting down",
+        );
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return Err(Box::new(resp));
+    }
+    let table = inner.tokens();
+    let (worker, by_hook) = match decide(inner, &table, path, headers, peer) {
+        Ok(worker) => (worker, false),
+        Err(Undecided::Refused(refusal)) => return Err(refusal),
+        Err(Undecided::AskHook(presented)) => (ask_hook(inner, presented).await?, true),
+    };
+    if let Some(wait) = inner.registry.damped(&worker, peer) {
+        let mut resp = answer(
+            StatusCode::TOO_MANY_REQUESTS,
+            "this worker's connection keeps being replaced; try later",
+        );
+        if let Ok(v) = HeaderValue::from_str(&wait.as_secs().to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return Err(Box::new(resp));
+    }
+    if inner.registry.policy() == super::DuplicatePolicy::Refuse
+        && inner.registry.handle(worker.as_str()).is_some()
+    {
+        tracing::info!("worker {worker}: refused a second connection while connected (503)");
+        let mut resp = answer(StatusCode::SERVICE_UNAVAILABLE, "worker already connected");
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return Err(Box::new(resp));
+    }
+    // A worker the hook let in is the hook's to revoke: no table decided
+    // it, so no table change closes it.
+    let decided = Decided {
+        table: (!by_hook).then_some(table),
+        peer,
+        by_hook,
+    };
+    Ok(Admission::decided(inner, worker, decided))
+}
+
+/// A worker's handshake the gateway accepted ([`Gateway::admit`](super::Gateway::admit)):
+/// answer the upgrade with 101 your own way, then hand the accepted
+/// WebSocket to [`serve`](Self::serve). Dropping it instead lets nothing in.
+#[must_use = "an admission does nothing until its socket is served"]
+pub struct Admission {
+    inner: Arc<Inner>,
+    worker: WorkerId,
+    decided: Decided,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("worker", &self.worker)
+            .field("by_hook", &self.decided.by_hook)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Admission {
+    /// `worker`'s connection, let in as `decided` says.
+    pub(super) fn decided(inner: &Arc<Inner>, worker: WorkerId, decided: Decided) -> Admission {
+        Admission {
+            inner: inner.clone(),
+            worker,
+            decided,
+        }
+    }
+
+    /// The worker its token (or the authorisation hook) names.
+    pub fn worker(&self) -> &WorkerId {
+        &self.worker
+    }
+
+    /// Serves `socket`, the WebSocket accepted for this handshake (mapped
+    /// to [`Message`]s; the host's library must answer pings itself, or the
+    /// gateway's `RelayConfig` must have `answer_pings` on), as the
+    /// worker's connection until it ends: registered under the gateway's
+    /// duplicate policy, revoked with its token, drained with the gateway,
+    /// its close bounded by the connection's `close_timeout` whether or not
+    /// the host closes the socket when it is dropped. Returns as
+    /// [`Gateway::attach`](super::Gateway::attach) does.
+    pub async fn serve<S, E>(self, socket: S) -> Result<rt::Closed, super::AttachError<E>>
+    where
+        S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
+        E: std::fmt::Display,
+    {
+        match attach(&self.inner, self.worker, socket, self.decided).await {
+            None => Err(super::AttachError::Duplicate),
+            Some(ended) => ended.map_err(super::AttachError::Driver),
+        }
+    }
 }
 
 /// An answer refusing a worker's upgrade request.
@@ -189,25 +258,23 @@ enum Undecided {
 /// `<connect path>/<id>`) the id its path names; or the refusal (400, 401)
 /// to answer, or what to ask the authorisation hook. Neither the log line
 /// nor the answer holds the token.
-fn decide<B>(
+fn decide(
     inner: &Inner,
     table: &TokenTable,
-    req: &Request<B>,
+    path: &str,
+    headers: &HeaderMap,
     peer: Option<std::net::SocketAddr>,
 ) -> Result<WorkerId, Undecided> {
-    let path = req.uri().path();
     let target = ConnectTarget::parse(&inner.connect_path, path).unwrap_or(ConnectTarget::Any);
-    let headers = req
-        .headers()
+    let pairs = headers
         .iter()
         .map(|(n, v)| (n.as_str(), worker_relay::connect::http::header_text(v)));
-    match decide_upgrade_at(table, target, headers) {
+    match decide_upgrade_at(table, target, pairs) {
         Ok(accepted) => Ok(accepted.into_worker()),
         Err(ConnectRejected::Handshake(Rejected::UnknownToken)) if inner.authorize.is_some() => {
             // Well-formed (one `Authorization: Bearer`, not too long), or
             // the decision would have said otherwise.
-            let token = req
-                .headers()
+            let token = headers
                 .get(header::AUTHORIZATION)
                 .map(worker_relay::connect::http::header_text)
                 .and_then(|v| {

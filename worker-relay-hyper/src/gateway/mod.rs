@@ -83,7 +83,7 @@ mod registry;
 mod tests;
 mod upload;
 
-pub use accept::AttachError;
+pub use accept::{Admission, AttachError};
 pub use access::ACCESS_TARGET;
 pub use authorize::{AuthorizeFuture, Presented};
 pub use body::GatewayBody;
@@ -500,10 +500,37 @@ impl Gateway {
         S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
         E: std::fmt::Display,
     {
-        match accept::attach(&self.inner, worker, socket, Default::default()).await {
-            None => Err(AttachError::Duplicate),
-            Some(ended) => ended.map_err(AttachError::Driver),
-        }
+        Admission::decided(&self.inner, worker, Default::default())
+            .serve(socket)
+            .await
+    }
+
+    /// Decides a worker's WebSocket handshake for a host that accepts the
+    /// WebSocket its own way (not through hyper's upgrades, which
+    /// [`connect`](Self::connect) uses): from the request's path (for
+    /// `<connect path>/<id>`) and headers, and the peer's address if known
+    /// (for the logs and flap damping), with every rule of
+    /// [`connect`](Self::connect) but the WebSocket handshake itself (the
+    /// host's library checks `Sec-WebSocket-Key` and the version):
+    /// 503 while draining, 400/401 for the token (the authorisation hook
+    /// asked for one the table does not hold), 429 while the worker's
+    /// connection flaps, 503 under [`DuplicatePolicy::Refuse`]. The `Err`
+    /// is the answer to send instead of 101; counted in the handshake
+    /// metrics either way. On `Ok`, answer 101 with
+    /// `Sec-WebSocket-Protocol: `[`SUBPROTOCOL`](worker_relay::frame::SUBPROTOCOL)
+    /// and give the socket to [`Admission::serve`].
+    pub async fn admit(
+        &self,
+        path: &str,
+        headers: &http::HeaderMap,
+        peer: Option<std::net::SocketAddr>,
+    ) -> Result<Admission, Response<GatewayBody>> {
+        let decided = accept::admission(&self.inner, path, headers, peer).await;
+        crate::observe::relay::handshake(match &decided {
+            Ok(_) => "accepted",
+            Err(resp) => accept::outcome(resp.status()),
+        });
+        decided.map_err(|resp| *resp)
     }
 
     /// The connection of `worker`, if it is connected.
