@@ -7,10 +7,15 @@
 #                       (e50aa6fba 2026-05-19), on which libfuzzer-sys 0.4.13
 #                       (fuzz/Cargo.lock) and the harness build.
 #   CI_CARGO_FUZZ       cargo-fuzz, installed with --locked (its own lockfile).
-# The interop pins (strata-notebook and every package it pulls in) are in
-# .ci/interop-constraints.txt.
+#   CI_STRATA_PIN       the real Strata worker (.ci/interop, .ci/wheel); every
+#                       package it pulls in is pinned by
+#                       .ci/interop-constraints.txt.
+#   CI_MATURIN          maturin, which builds the wheel of the binary
+#                       worker-relay (.ci/wheel).
 CI_FUZZ_TOOLCHAIN="${CI_FUZZ_TOOLCHAIN:-nightly-2026-05-20}"
 CI_CARGO_FUZZ="${CI_CARGO_FUZZ:-0.13.2}"
+CI_STRATA_PIN='strata-notebook[notebook]==0.11.0'
+CI_MATURIN='maturin==1.16.0'
 
 # retry CMD...: runs CMD until it succeeds, at most CI_RETRIES times (4 by
 # default), waiting 10 s, 20 s, 40 s between attempts. For network
@@ -86,4 +91,31 @@ apt_install() {
 # skip other platforms' crates).
 ci_host() {
     rustc -vV | sed -n 's/^host: //p'
+}
+
+# ci_python: prints the path of a Python that really runs (a pyenv shim for
+# a version that is not selected exists on PATH but fails) and is at least
+# 3.12 (strata-notebook needs it): python3.12 on PATH, pyenv's 3.12, then
+# any newer one; fails, saying what it tried, if there is none.
+ci_python() {
+    local candidates=(python3.12) root c
+    if command -v pyenv >/dev/null 2>&1; then
+        root="$(pyenv root 2>/dev/null || true)"
+        if [ -n "$root" ]; then
+            candidates+=("$root"/versions/3.12*/bin/python3)
+        fi
+    fi
+    candidates+=(/root/.pyenv/versions/3.12*/bin/python3 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3)
+    # Any newer Python as a last resort (the package needs >= 3.12).
+    candidates+=(python3.13 python3)
+    for c in "${candidates[@]}"; do
+        { [ -x "$c" ] || command -v "$c" >/dev/null 2>&1; } || continue
+        if "$c" -c 'import sys, venv; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >/dev/null 2>&1; then
+            command -v "$c" 2>/dev/null || printf '%s\n' "$c"
+            return 0
+        fi
+    done
+    echo "no Python >= 3.12 found (tried python3.12 on PATH, \$(pyenv root)/versions/3.12*/bin/python3," >&2
+    echo "/root/.pyenv/versions/3.12*/bin/python3, python3.13, python3). Install one, e.g. 'pyenv install 3.12'." >&2
+    return 1
 }

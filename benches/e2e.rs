@@ -12,7 +12,7 @@
 //! Each iteration opens a new client connection.
 
 mod support;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use bytes::Bytes;

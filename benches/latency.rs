@@ -13,7 +13,7 @@
 //! `LATENCY_ROUNDS=N` changes the number of rounds (default 5000).
 
 mod support;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use std::time::{Duration, Instant};

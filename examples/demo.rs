@@ -7,14 +7,11 @@
 
 #[path = "common/client.rs"]
 mod client;
-#[path = "common/logging.rs"]
-mod logging;
-#[path = "common/worker_app.rs"]
-mod worker_app;
 
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 use worker_relay::connect::{Token, TokenTable, WorkerId};
+use worker_relay_cli::{logging, worker_app};
 use worker_relay_hyper::gateway::Gateway;
 use worker_relay_hyper::server::{serve, ServerConfig};
 
@@ -31,7 +28,8 @@ fn random_token() -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let _log = logging::init("demo");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let _log = logging::init("demo", logging::json_requested(&args) == Some(true));
     let connect_token = Token::new(random_token())?;
     let worker_token = Token::new(random_token())?;
     let mut tokens = TokenTable::new();

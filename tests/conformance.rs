@@ -22,7 +22,7 @@ mod fakes;
 mod holes;
 #[path = "conformance/relay_mutations.rs"]
 mod relay_mutations;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 #[path = "conformance/worker_mutations.rs"]
 mod worker_mutations;
@@ -163,7 +163,7 @@ async fn gateway(
     addr
 }
 
-/// The example worker's app (examples/common/worker_app.rs) dialling `port`.
+/// The example worker's app (cli/src/worker_app.rs) dialling `port`.
 fn example_worker(port: u16, connect_token: Option<&str>) -> tokio::task::JoinHandle<i32> {
     let opts = worker_app::WorkerOptions {
         connect_url: format!("ws://127.0.0.1:{port}/connect"),

@@ -3,11 +3,11 @@
 //! option still exits 2 with the error on stderr, and a count of one is
 //! logged in the singular (`1 worker`, not `1 workers`).
 
-#[path = "../examples/common/plural.rs"]
+#[path = "../cli/src/plural.rs"]
 mod plural;
 #[path = "e2e/support.rs"]
 mod support;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use std::process::{Command, Stdio};

@@ -25,7 +25,7 @@
 mod client;
 #[path = "e2e/support.rs"]
 mod support;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use bytes::Bytes;

@@ -6,7 +6,7 @@
 
 #[path = "e2e/support.rs"]
 mod support;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use std::process::Command;

@@ -26,7 +26,7 @@ mod nginx;
 mod scaleout;
 #[path = "e2e/support.rs"]
 mod support;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use bytes::Bytes;

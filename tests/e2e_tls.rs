@@ -6,7 +6,7 @@
 mod support;
 #[path = "tls/support.rs"]
 mod tls;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use http::Request;

@@ -9,7 +9,7 @@ mod client;
 mod support;
 #[path = "tls/support.rs"]
 mod tls;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use bytes::Bytes;

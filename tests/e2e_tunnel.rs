@@ -5,7 +5,7 @@
 #[path = "e2e/support.rs"]
 mod support;
 // support.rs names these; this test does not use them.
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use bytes::Bytes;

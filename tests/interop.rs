@@ -16,7 +16,7 @@ mod support;
 mod tls;
 #[path = "tls/client.rs"]
 mod tls_client;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use bytes::Bytes;

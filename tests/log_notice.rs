@@ -1,6 +1,6 @@
 //! Issue 39: the line the examples' log writes after dropping lines (a
 //! stderr nobody read), in the log's two formats.
-#[path = "../examples/common/logging.rs"]
+#[path = "../cli/src/logging.rs"]
 mod logging;
 
 #[test]

@@ -1,9 +1,9 @@
-//! The examples' log writer (`examples/common/log_writer.rs`): ordinary
+//! The examples' log writer (`cli/src/log_writer.rs`): ordinary
 //! lines go out at once, access-log lines in batches, nothing is lost or
 //! reordered, the guard writes the rest, and a stderr nobody reads never
 //! holds a writer back: past the bound lines are dropped, counted, and the
 //! count is written once the output moves again.
-#[path = "../examples/common/log_writer.rs"]
+#[path = "../cli/src/log_writer.rs"]
 mod log_writer;
 
 use std::io::{self, Write};

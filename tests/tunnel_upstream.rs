@@ -3,9 +3,9 @@
 //! service uses; and the example's upstream proxy (`worker --upstream`)
 //! opens at most its bound of connections, however many callers come.
 
-#[path = "../examples/common/tunnel_upstream.rs"]
+#[path = "../cli/src/tunnel_upstream.rs"]
 mod tunnel_upstream;
-#[path = "../examples/common/worker_app.rs"]
+#[path = "../cli/src/worker_app.rs"]
 mod worker_app;
 
 use bytes::Bytes;

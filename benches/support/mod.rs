@@ -167,7 +167,7 @@ fn query_param(query: &str, name: &str) -> Option<u64> {
     })
 }
 
-/// The same routes as `examples/common/worker_app.rs`, the same way: the same
+/// The same routes as `cli/src/worker_app.rs`, the same way: the same
 /// auth check, SHA-256 over each body piece, `/bytes` made in 256 KiB pieces
 /// by the same expression, `/echo` streaming the request body back.
 async fn direct(req: Request<Incoming>, token: Token) -> Result<Response<Body>, Infallible> {

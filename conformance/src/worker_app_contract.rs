@@ -1,5 +1,5 @@
 //! Worker mode, `--app example`: the routes the kit's cases ask of the
-//! worker's app. The crate's example worker (examples/common/worker_app.rs)
+//! worker's app. The crate's example worker (cli/src/worker_app.rs)
 //! serves them; a worker in another language run against the kit with
 //! `--app example` serves them too, or the cases that need a route it lacks
 //! skip (a 404, 405 or 501 answer means the app has no such route).

@@ -150,6 +150,33 @@ pub fn tokens_file(lines: &str) -> PathBuf {
     path
 }
 
+/// The variable that names an installed `worker-relay` binary (the wheel's,
+/// `cargo install`'s) for the tests that run the relay and the worker as
+/// processes: `WORKER_RELAY_BIN=/path/to/worker-relay`. Unset (the
+/// default), they run this build's examples.
+pub const INSTALLED_BIN: &str = "WORKER_RELAY_BIN";
+
+/// A command that runs the program `name` (`relay` or `worker`): this
+/// build's example, or `$WORKER_RELAY_BIN name` when that is set (said once
+/// per test process on stderr, so a log shows which binary ran).
+pub fn program(name: &str) -> Command {
+    match std::env::var_os(INSTALLED_BIN).filter(|p| !p.is_empty()) {
+        Some(bin) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                eprintln!(
+                    "e2e: the relay and the worker are {} (${INSTALLED_BIN})",
+                    std::path::Path::new(&bin).display()
+                )
+            });
+            let mut cmd = Command::new(bin);
+            cmd.arg(name);
+            cmd
+        }
+        None => Command::new(example_bin(name)),
+    }
+}
+
 /// The relay example as a process on a port of its own (`--listen
 /// 127.0.0.1:0`); returns it and its port once it accepts connections.
 pub fn relay_process() -> (Proc, u16) {
@@ -179,7 +206,7 @@ pub fn relay_process_on(port: u16, args: &[&std::ffi::OsStr]) -> (Proc, u16) {
     let tokens = tokens_file(&format!(
         "# e2e\n\nabc {CONNECT_TOKEN}\nidle ct-idle-worker-token\n"
     ));
-    let mut cmd = Command::new(example_bin("relay"));
+    let mut cmd = program("relay");
     cmd.arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
         .arg("--tokens")
@@ -201,7 +228,7 @@ pub fn worker_process(port: u16, connect_token: &str) -> Proc {
 /// The worker example as a process dialling `url`, with `args` besides
 /// (`--threads 1`, …), tokens in its environment only.
 pub fn worker_process_with(url: &str, connect_token: &str, args: &[&str]) -> Proc {
-    let mut cmd = Command::new(example_bin("worker"));
+    let mut cmd = program("worker");
     cmd.arg("--connect")
         .arg(url)
         .args(args)

@@ -1,12 +1,12 @@
-//! The examples' logs: `tracing` to stderr, `info` and up unless `RUST_LOG`
-//! says otherwise, as text or, with `--log-format json`, one JSON object
-//! per line. A write error (stderr closed, a broken pipe) drops the line:
+//! The programs' logs (the relay's, the worker's, the demo's): `tracing`
+//! to stderr, `info` and up unless `RUST_LOG` says otherwise, as text or,
+//! with `--log-format json`, one JSON object per line. A write error (stderr closed, a broken pipe) drops the line:
 //! logging never panics and never stops the program. Nor does it wait for
 //! a stderr nobody reads: past 4 MiB unwritten, lines are dropped, and the
 //! log says how many once stderr moves again (`log_writer.rs`). The WebSocket
 //! library's logs stay at `info` and above whatever `RUST_LOG` says: at
 //! `trace` it logs the handshake's headers, the connect token among them.
-#![allow(dead_code)] // shared by several examples, each using a part
+#![allow(dead_code)] // shared by several programs and tests, each using a part
 
 #[path = "log_writer.rs"]
 mod log_writer;
@@ -16,10 +16,9 @@ pub mod plural;
 
 use tracing_subscriber::EnvFilter;
 
-/// Whether the command line asks for `--log-format json` (`text`, the
-/// default, otherwise); `None` for another value.
-pub fn json_requested() -> Option<bool> {
-    let args: Vec<String> = std::env::args().collect();
+/// Whether the command line's options `args` ask for `--log-format json`
+/// (`text`, the default, otherwise); `None` for another value.
+pub fn json_requested(args: &[String]) -> Option<bool> {
     match args.iter().position(|a| a == "--log-format") {
         None => Some(false),
         Some(i) => match args.get(i + 1).map(String::as_str) {
@@ -30,14 +29,13 @@ pub fn json_requested() -> Option<bool> {
     }
 }
 
-/// Installs the subscriber; text lines start with `name`. Lines are
-/// written by a thread of their own, access-log lines in batches
-/// (`log_writer.rs`: a line per request must cost the serving threads
-/// neither a write nor a wake-up): keep the guard until the program ends,
-/// dropping it writes what is left.
+/// Installs the subscriber (one JSON object per line if `json`); text
+/// lines start with `name`. Lines are written by a thread of their own,
+/// access-log lines in batches (`log_writer.rs`: a line per request must
+/// cost the serving threads neither a write nor a wake-up): keep the guard
+/// until the program ends, dropping it writes what is left.
 #[must_use = "dropping the guard stops the log"]
-pub fn init(name: &'static str) -> log_writer::Guard {
-    let json = json_requested() == Some(true);
+pub fn init(name: &'static str, json: bool) -> log_writer::Guard {
     let (writer, guard) = log_writer::start(std::io::stderr(), dropped_notice(name, json));
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))

@@ -1,4 +1,4 @@
-//! The examples' tokio runtime: `--threads N` threads (1: everything on
+//! The programs' tokio runtime: `--threads N` threads (1: everything on
 //! the calling thread), or one per core by default.
 
 /// A runtime with `threads` worker threads.

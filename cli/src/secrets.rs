@@ -5,8 +5,8 @@
 //! environment block, which `/proc/<pid>/environ` shows to any process of
 //! the same uid. So the value is overwritten with NUL bytes in place first,
 //! as Strata's worker does, then removed. This needs `unsafe` (a write
-//! through libc's pointer): it lives here, in the example, not in the library
-//! (which is `#![forbid(unsafe_code)]`).
+//! through libc's pointer): it lives here, in the programs' crate, not in
+//! the libraries (which are `#![forbid(unsafe_code)]`).
 #![allow(dead_code)] // shared by several examples and tests, each using a part
 
 /// Reads `name` from the environment, zeroes its value bytes in place, and

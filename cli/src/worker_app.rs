@@ -1,6 +1,6 @@
-//! The examples' worker: an axum app served through a relay by
-//! [`Tunnel`], which dials, reconnects with backoff, and returns only when
-//! the relay refuses the worker for good.
+//! The worker's app (the worker program's, the demo's, the tests'): an axum
+//! app served through a relay by [`Tunnel`], which dials, reconnects with
+//! backoff, and returns only when the relay refuses the worker for good.
 #![allow(dead_code)] // shared by several examples and tests, each using a part
 
 use axum::body::Body;

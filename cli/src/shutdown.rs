@@ -1,4 +1,4 @@
-//! The examples' shutdown signal.
+//! The programs' shutdown signal.
 
 use tokio::signal::unix::{signal, Signal, SignalKind};
 

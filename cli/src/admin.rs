@@ -1,4 +1,4 @@
-//! The examples' admin endpoint (`--admin HOST:PORT`), never on the public
+//! The programs' admin endpoint (`--admin HOST:PORT`), never on the public
 //! listener: `GET /metrics` in the Prometheus text format (the library
 //! records through the `metrics` facade; this installs the exporter), and
 //! whatever other pages the program adds (the relay's `GET /workers`).
