@@ -474,7 +474,7 @@ async fn fail_before(ctx: &mut WorkerCtx) -> Outcome {
         format!(
             "{}, body {:?}, {}",
             st(a.status),
-            String::from_utf8_lossy(&a.body[..a.body.len().min(60)]),
+            crate::worker_observe::preview(&a.body, &ctx.secrets(), 60),
             ended(&a)
         ),
     )

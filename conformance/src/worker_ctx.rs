@@ -329,6 +329,15 @@ impl WorkerCtx {
         Some(Instant::now())
     }
 
+    /// The tokens the kit knows (connect, worker), for redacting report
+    /// lines.
+    pub fn secrets(&self) -> Vec<&str> {
+        [self.t.token.as_deref(), self.t.worker_token.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
     /// `Authorization` for requests, if a worker token is known.
     pub fn auth(&self) -> Vec<(String, String)> {
         self.t

@@ -117,6 +117,18 @@ fn raw_id(v: Option<&Value>) -> RawId {
 }
 
 /// Where `needle` first occurs in `hay`.
+/// The first `max` characters of a body, as text, for a report line, with
+/// every secret in it (the worker's tokens) replaced by `<token>` before it
+/// is cut, so that a report never shows a token, nor its start, even for a
+/// worker that leaks one.
+pub fn preview(body: &[u8], secrets: &[&str], max: usize) -> String {
+    let mut text = String::from_utf8_lossy(body).into_owned();
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        text = text.replace(s, "<token>");
+    }
+    text.chars().take(max).collect()
+}
+
 pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() || hay.len() < needle.len() {
         return None;
@@ -507,6 +519,21 @@ impl Observer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preview_shows_no_token_nor_its_start() {
+        let token = "ct-0123456789abcdef0123456789abcdef";
+        let body = format!("Internal Server Error: {token} was refused");
+        let shown = preview(body.as_bytes(), &[token, ""], 30);
+        assert_eq!(shown, "Internal Server Error: <token>");
+        assert!(!shown.contains("ct-0123"), "{shown}");
+        // Cut inside where the token stood: still none of it.
+        assert_eq!(
+            preview(body.as_bytes(), &[token], 25),
+            "Internal Server Error: <t"
+        );
+        assert_eq!(preview(b"plain", &[], 60), "plain");
+    }
 
     fn text(t: &str) -> WsMsg {
         WsMsg::Text(t.to_string().into())

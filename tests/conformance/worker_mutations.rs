@@ -285,6 +285,12 @@ async fn a_worker_whose_error_pages_carry_its_connect_token_fails_the_token_case
     assert_passes(&sound, case);
     // Every response is looked at: the 500 fails the case that asked for it.
     assert_fails(&seen_elsewhere, "worker.app.fail-before");
+    // Whose line, quoting the 500's body, shows no token either.
+    let text = outcome(&seen_elsewhere, "worker.app.fail-before").text();
+    assert!(
+        text.contains("<token>") && !text.contains(crate::TOKEN),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
