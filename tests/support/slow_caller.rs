@@ -6,16 +6,22 @@ use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use worker_relay_hyper::gateway::Gateway;
 
-/// Waits (bounded: 20 s) until worker `id` is connected to `gateway`.
+/// Waits (bounded: 20 s) until worker `id` is connected to `gateway`: on
+/// the gateway's presence news, not a polling clock.
 pub async fn connected(gateway: &Gateway, id: &str) {
-    let end = Instant::now() + Duration::from_secs(20);
-    while !gateway.is_connected(id) {
-        assert!(Instant::now() < end, "worker {id} did not connect");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Subscribed before the check, so a connection in between is not missed.
+    let mut news = gateway.subscribe();
+    let wait = async {
+        while !gateway.is_connected(id) {
+            let _ = news.recv().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), wait)
+        .await
+        .unwrap_or_else(|_| panic!("worker {id} did not connect"));
 }
 
 /// `GET path` from `addr` over HTTP/1.1: the response once its head is in
