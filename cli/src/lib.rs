@@ -22,3 +22,24 @@ mod runtime;
 mod secrets;
 mod shutdown;
 mod tunnel_upstream;
+
+/// A bad command line, as both programs answer it: the error and the
+/// usage on stderr, status 2.
+fn bad_command_line(program: &str, usage: &str, error: String) -> std::process::ExitCode {
+    eprintln!("{program}: {error}\n{usage}\n({program} --help for more)");
+    std::process::ExitCode::from(2)
+}
+
+/// `arg` unknown, or one of `with_value` without a valid value.
+fn bad_option(
+    program: &str,
+    usage: &str,
+    with_value: &[&str],
+    arg: &str,
+) -> std::process::ExitCode {
+    if with_value.contains(&arg) {
+        bad_command_line(program, usage, format!("{arg}: a missing or invalid value"))
+    } else {
+        bad_command_line(program, usage, format!("unknown option {arg}"))
+    }
+}

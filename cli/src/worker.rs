@@ -272,18 +272,10 @@ fn serve_directly(
 
 /// A bad command line: the error and the usage on stderr, status 2.
 fn bad(program: &str, error: String) -> ExitCode {
-    eprintln!(
-        "{program}: {error}\n{}\n({program} --help for more)",
-        usage(program)
-    );
-    ExitCode::from(2)
+    crate::bad_command_line(program, &usage(program), error)
 }
 
 /// `arg` unknown, or without a valid value.
 fn bad_arg(program: &str, arg: &str) -> ExitCode {
-    if WITH_VALUE.contains(&arg) {
-        bad(program, format!("{arg}: a missing or invalid value"))
-    } else {
-        bad(program, format!("unknown option {arg}"))
-    }
+    crate::bad_option(program, &usage(program), WITH_VALUE, arg)
 }
