@@ -6,6 +6,14 @@ use bytes::Bytes;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CloseCode(pub u16);
 
+/// The code of a WebSocket library's own close type, as `tungstenite`'s and
+/// actix-ws's convert to and from `u16`.
+impl From<u16> for CloseCode {
+    fn from(code: u16) -> CloseCode {
+        CloseCode(code)
+    }
+}
+
 impl CloseCode {
     /// 1000: normal closure.
     pub const NORMAL: CloseCode = CloseCode(1000);

@@ -87,7 +87,14 @@ async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Respo
         let socket = WsSocket::server(ReadAhead::new(TokioIo::new(upgraded))).await;
         let _ = admission.serve(socket).await;
     });
-    let mut resp = Response::new(GatewayBody::empty());
+    switching(&key, GatewayBody::empty())
+}
+
+/// The 101 answering a worker's upgrade request with `key`, with `body`
+/// (empty for hyper, whose upgrade takes the connection; the connection's
+/// bytes for a host that streams them as the 101's body).
+pub(super) fn switching(key: &HeaderValue, body: GatewayBody) -> Response<GatewayBody> {
+    let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = resp.headers_mut();
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
@@ -152,7 +159,17 @@ pub(super) async fn admission(
         peer,
         by_hook,
     };
-    Ok(Admission::decided(inner, worker, decided))
+    let mut admission = Admission::decided(inner, worker, decided);
+    for name in [
+        header::UPGRADE,
+        header::SEC_WEBSOCKET_KEY,
+        header::SEC_WEBSOCKET_VERSION,
+    ] {
+        for value in headers.get_all(&name) {
+            admission.handshake.append(name.clone(), value.clone());
+        }
+    }
+    Ok(admission)
 }
 
 /// A worker's handshake the gateway accepted ([`Gateway::admit`](super::Gateway::admit)):
@@ -160,9 +177,13 @@ pub(super) async fn admission(
 /// WebSocket to [`serve`](Self::serve). Dropping it instead lets nothing in.
 #[must_use = "an admission does nothing until its socket is served"]
 pub struct Admission {
-    inner: Arc<Inner>,
-    worker: WorkerId,
-    decided: Decided,
+    pub(super) inner: Arc<Inner>,
+    pub(super) worker: WorkerId,
+    pub(super) decided: Decided,
+    /// The request's WebSocket handshake headers (`Upgrade`,
+    /// `Sec-WebSocket-Key`, `Sec-WebSocket-Version`), for
+    /// [`upgrade_local`](Self::upgrade_local).
+    pub(super) handshake: HeaderMap,
 }
 
 impl std::fmt::Debug for Admission {
@@ -181,6 +202,7 @@ impl Admission {
             inner: inner.clone(),
             worker,
             decided,
+            handshake: HeaderMap::new(),
         }
     }
 
@@ -199,7 +221,7 @@ impl Admission {
     /// [`Gateway::attach`](super::Gateway::attach) does.
     pub async fn serve<S, E>(self, socket: S) -> Result<rt::Closed, super::AttachError<E>>
     where
-        S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
+        S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + 'static,
         E: std::fmt::Display,
     {
         match attach(&self.inner, self.worker, socket, self.decided).await {
@@ -210,19 +232,28 @@ impl Admission {
 }
 
 /// An answer refusing a worker's upgrade request.
-type Refusal = Box<Response<GatewayBody>>;
+pub(super) type Refusal = Box<Response<GatewayBody>>;
 
 /// The `Sec-WebSocket-Key` of a WebSocket upgrade request (version 13), or
 /// the answer refusing the request: 400 if it is not an upgrade, 426 for
 /// another WebSocket version.
 fn websocket_key<B>(req: &Request<B>, peer: Option<SocketAddr>) -> Result<HeaderValue, Refusal> {
-    let headers = req.headers();
+    websocket_key_of(req.method() == http::Method::GET, req.headers(), peer)
+}
+
+/// [`websocket_key`] from a request's headers (`get`: whether its method
+/// is `GET`).
+pub(super) fn websocket_key_of(
+    get: bool,
+    headers: &HeaderMap,
+    peer: Option<SocketAddr>,
+) -> Result<HeaderValue, Refusal> {
     let is_upgrade = headers
         .get(header::UPGRADE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     let key = headers.get(header::SEC_WEBSOCKET_KEY).cloned();
-    let (true, Some(key)) = (is_upgrade && req.method() == http::Method::GET, key) else {
+    let (true, Some(key)) = (is_upgrade && get, key) else {
         tracing::info!(
             "refused a connection{}: not a WebSocket upgrade (400)",
             from(peer)
@@ -368,7 +399,7 @@ pub(super) async fn attach<S, E>(
     decided: Decided,
 ) -> Option<Result<rt::Closed, DriverError<E>>>
 where
-    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
+    S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + 'static,
     E: std::fmt::Display,
 {
     let _alive = inner.alive.clone();

@@ -44,6 +44,8 @@ enum Kind {
         /// What is left of the caller's upload (stopped when dropped).
         _upload: Option<Upload>,
     },
+    /// A worker's WebSocket as the 101's body, for a host that streams it.
+    Upgraded(super::upgrade::Upgraded),
 }
 
 impl GatewayBody {
@@ -77,6 +79,13 @@ impl GatewayBody {
     }
 
     /// The body, recording the request when it is over.
+    pub(super) fn upgraded(connection: super::upgrade::Upgraded) -> GatewayBody {
+        GatewayBody {
+            kind: Kind::Upgraded(connection),
+            access: None,
+        }
+    }
+
     pub(super) fn observed(mut self, mut access: Access) -> GatewayBody {
         if let Kind::Full(None) = self.kind {
             access.ended();
@@ -126,6 +135,7 @@ impl std::fmt::Debug for GatewayBody {
                 b.as_ref().map_or(0, Bytes::len)
             ),
             Kind::Worker { .. } => f.write_str("GatewayBody::Worker"),
+            Kind::Upgraded(_) => f.write_str("GatewayBody::Upgraded"),
         }
     }
 }
@@ -162,8 +172,23 @@ impl http_body::Body for GatewayBody {
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Full(data) => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
-            Kind::Worker { .. } => SizeHint::default(),
+            Kind::Worker { .. } | Kind::Upgraded(_) => SizeHint::default(),
         }
+    }
+}
+
+/// The body's data as a stream, for hosts whose responses take a stream of
+/// bytes rather than an [`http_body::Body`] (actix-web's
+/// `HttpResponseBuilder::streaming`): the same pieces, the same error, the
+/// same access-log record.
+impl Stream for GatewayBody {
+    type Item = Result<Bytes, BodyError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        use http_body::Body;
+        // The gateway's frames are all data.
+        self.poll_frame(cx)
+            .map(|frame| frame.map(|f| f.map(|f| f.into_data().unwrap_or_default())))
     }
 }
 
@@ -174,6 +199,9 @@ fn poll_kind(
     {
         match kind {
             Kind::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            Kind::Upgraded(connection) => connection
+                .poll_data(cx)
+                .map(|d| d.map(|d| d.map(Frame::data))),
             Kind::Worker { body, failed, .. } => {
                 if let Some(e) = failed.take() {
                     return Poll::Ready(Some(Err(e)));

@@ -75,18 +75,22 @@ mod authorize;
 mod body;
 mod forget;
 mod forward;
+mod host_socket;
+mod local;
 #[cfg(feature = "metrics")]
 mod meters;
 mod overflow_log;
 mod registry;
 #[cfg(test)]
 mod tests;
+mod upgrade;
 mod upload;
 
 pub use accept::{Admission, AttachError};
 pub use access::ACCESS_TARGET;
 pub use authorize::{AuthorizeFuture, Presented};
 pub use body::GatewayBody;
+pub use host_socket::HostSocket;
 pub use forget::FORGET_AFTER;
 pub use registry::{
     DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLAP_WINDOW, MAX_PRESENCE_CAPACITY,
@@ -187,6 +191,19 @@ impl GatewayBuilder {
     /// `<path>/<id>` under it (default [`CONNECT_PATH`]).
     pub fn connect_path(mut self, path: impl Into<String>) -> Self {
         self.connect_path = path.into();
+        self
+    }
+
+    /// Whether each connection answers its worker's pings itself
+    /// ([`RelayConfig::answer_pings`]), keeping the rest of
+    /// [`relay_config`](Self::relay_config): on for a host whose WebSocket
+    /// library leaves pings to the application (actix-ws), off (the
+    /// default) for one that answers them (tungstenite, which
+    /// [`Gateway::connect`] uses). Unanswered, a worker's keepalive takes
+    /// the connection for dead after 20 s.
+    pub fn answer_pings(mut self, on: bool) -> Self {
+        self.relay = (self.relay.to_builder().answer_pings(on).build())
+            .expect("a valid configuration stays valid");
         self
     }
 
@@ -497,7 +514,7 @@ impl Gateway {
         socket: S,
     ) -> Result<rt::Closed, AttachError<E>>
     where
-        S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + Send + 'static,
+        S: Stream<Item = Result<Message, E>> + Sink<Message, Error = E> + Unpin + 'static,
         E: std::fmt::Display,
     {
         Admission::decided(&self.inner, worker, Default::default())
@@ -531,6 +548,54 @@ impl Gateway {
             Err(resp) => accept::outcome(resp.status()),
         });
         decided.map_err(|resp| *resp)
+    }
+
+    /// Forwards one caller's request (as [`forward`](Self::forward)'s
+    /// service does) for a host that is not tower's: any request whose body
+    /// is an [`http_body::Body`]. Never fails: a refusal is an HTTP answer.
+    /// The future is `Send`; a body that is not, [`forward_local`](Self::forward_local) takes.
+    pub fn forward_request<B>(
+        &self,
+        req: Request<B>,
+    ) -> impl Future<Output = Response<GatewayBody>> + Send + 'static
+    where
+        B: http_body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+    {
+        forward::forward(self.inner.clone(), req)
+    }
+
+    /// [`forward_request`](Self::forward_request) for a host whose request
+    /// bodies are streams that are not `Send` (actix-web's `Payload`),
+    /// on a runtime that runs a [`LocalSet`](tokio::task::LocalSet)
+    /// (actix-web's workers do): the body is read by a task of the current
+    /// thread and handed over through a channel of two pieces, so its
+    /// upload keeps every deadline and the discarding of what a refusal
+    /// leaves unread. A request whose framing says it has no body (HTTP/1
+    /// without `Content-Length` or `Transfer-Encoding`, or
+    /// `Content-Length: 0`) starts no task, and is sent again on the
+    /// worker's next connection if its connection goes first, as a
+    /// body-less request is.
+    ///
+    /// # Panics
+    /// Outside a `LocalSet` when the request has a body, as
+    /// [`tokio::task::spawn_local`] does.
+    pub fn forward_local<S, E>(
+        &self,
+        req: Request<S>,
+    ) -> impl Future<Output = Response<GatewayBody>> + Send + 'static
+    where
+        S: Stream<Item = Result<bytes::Bytes, E>> + 'static,
+        E: Into<BoxError>,
+    {
+        let (parts, stream) = req.into_parts();
+        let body = if local::framed_empty(parts.version, &parts.headers) {
+            local::LocalBody::empty()
+        } else {
+            local::LocalBody::spawn(stream)
+        };
+        forward::forward(self.inner.clone(), Request::from_parts(parts, body))
     }
 
     /// The connection of `worker`, if it is connected.
