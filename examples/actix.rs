@@ -3,7 +3,7 @@
 //! `cargo run --example actix -- 127.0.0.1:8080 tokens.txt` (lines `<id> <token>`). actix-web 4
 //! speaks `http` 0.2, the gateway `http` 1; no half-closed callers: one that hangs up aborts.
 use actix_web::{http::StatusCode, web, App, HttpRequest, HttpResponse, HttpServer};
-use worker_relay_hyper::gateway::{Gateway, GatewayBody};
+use worker_relay_hyper::gateway::{Gateway, GatewayBody, LetGo};
 use worker_relay_hyper::worker_relay::connect::TokenTable;
 
 fn headers(req: &HttpRequest) -> http::HeaderMap {
@@ -26,7 +26,7 @@ fn reply(resp: http::Response<GatewayBody>) -> HttpResponse {
 
 async fn connect(req: HttpRequest, body: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
     match gw.admit(req.path(), &headers(&req), req.peer_addr()).await {
-        Ok(admission) => reply(admission.upgrade_local(body)),
+        Ok(admission) => reply(admission.upgrade_local(body, req.conn_data())),
         Err(refusal) => reply(refusal),
     }
 }
@@ -54,6 +54,7 @@ async fn main() -> std::io::Result<()> {
             .route("/connect", web::get().to(connect))
             .default_service(web::to(forward))
     });
+    let server = server.on_connect(|conn, ext| _ = LetGo::of(conn).map(|s| ext.insert(s)));
     let server = server.h1_allow_half_closed(false).bind(&*listen)?;
     eprintln!("listening on {}", server.addrs()[0]);
     server.run().await

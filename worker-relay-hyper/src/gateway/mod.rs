@@ -91,6 +91,7 @@ pub use access::ACCESS_TARGET;
 pub use authorize::{AuthorizeFuture, Presented};
 pub use body::GatewayBody;
 pub use host_socket::HostSocket;
+pub use upgrade::LetGo;
 pub use forget::FORGET_AFTER;
 pub use registry::{
     DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLAP_WINDOW, MAX_PRESENCE_CAPACITY,

@@ -21,6 +21,7 @@ use http::Response;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::sync::oneshot;
@@ -47,13 +48,15 @@ impl Admission {
     ///
     /// Its connection is let go when it ends, within its close deadline,
     /// even when the worker stops reading: the 101's body then ends with an
-    /// error, which makes a host like actix-web drop the connection. (A
-    /// host whose write buffer is full polls no body: actix-web holds
-    /// such a connection until its peer reads or goes.)
+    /// error, which makes a host like actix-web drop the connection, and
+    /// `socket` (the connection's TCP socket, if the host lets you have
+    /// it: [`LetGo::of`]) is shut down, for a host that polls no body while
+    /// its write buffer is full (actix-web would otherwise hold the
+    /// connection until its peer reads or goes).
     ///
     /// # Panics
     /// Outside a `LocalSet`, as [`tokio::task::spawn_local`] does.
-    pub fn upgrade_local<S, E>(self, incoming: S) -> Response<GatewayBody>
+    pub fn upgrade_local<S, E>(self, incoming: S, socket: Option<&LetGo>) -> Response<GatewayBody>
     where
         S: Stream<Item = Result<Bytes, E>> + 'static,
         E: Into<BoxError>,
@@ -70,9 +73,16 @@ impl Admission {
             done: false,
             out: ours,
         };
+        let let_go = socket.cloned();
         tokio::task::spawn_local(async move {
             let socket = WsSocket::server(io).await;
-            let _ = ended_tx.send(self.serve(socket).await.is_ok());
+            let good = self.serve(socket).await.is_ok();
+            if let (false, Some(socket)) = (good, let_go) {
+                // Past its close deadline (or broken): the host may be
+                // stuck writing to a peer that does not read.
+                let _ = socket.0.shutdown(std::net::Shutdown::Both);
+            }
+            let _ = ended_tx.send(good);
         });
         switching(
             &key,
@@ -175,5 +185,27 @@ impl Upgraded {
             }
         }
         Poll::Ready(None)
+    }
+}
+
+/// A duplicate of the TCP socket a host accepted a worker's connection on,
+/// for [`Admission::upgrade_local`] to shut the connection down when its
+/// close deadline has passed: the close deadline then holds whether or not
+/// the host ever gets to close it. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct LetGo(Arc<std::net::TcpStream>);
+
+impl LetGo {
+    /// From a host's accepted connection (actix-web's `on_connect` gives it
+    /// as `&dyn Any`): a tokio or a std `TcpStream`; `None` for anything
+    /// else (TLS, a Unix socket) or if the socket cannot be duplicated.
+    pub fn of(connection: &dyn std::any::Any) -> Option<LetGo> {
+        let socket = if let Some(tcp) = connection.downcast_ref::<tokio::net::TcpStream>() {
+            socket2::SockRef::from(tcp).try_clone().ok()?
+        } else {
+            let tcp = connection.downcast_ref::<std::net::TcpStream>()?;
+            socket2::SockRef::from(tcp).try_clone().ok()?
+        };
+        Some(LetGo(Arc::new(socket.into())))
     }
 }
