@@ -21,7 +21,7 @@ fn reply(resp: http::Response<GatewayBody>) -> HttpResponse {
             _ => out.append_header((k.as_str(), v)),
         };
     }
-    out.streaming(resp.into_body())
+    out.streaming(resp.into_body().into_stream())
 }
 
 async fn connect(req: HttpRequest, body: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
@@ -40,12 +40,8 @@ async fn forward(req: HttpRequest, body: web::Payload, gw: web::Data<Gateway>) -
 
 #[actix_web::main]
 async fn main() -> std::io::Result<()> {
-    let mut args = std::env::args().skip(1).map(|a| a.into_boxed_str());
-    let (listen, tokens) = (
-        args.next().expect("LISTEN"),
-        args.next().expect("TOKENS_FILE"),
-    );
-    let tokens = TokenTable::parse(&std::fs::read_to_string(&*tokens)?).expect("a token file");
+    let args: Vec<String> = std::env::args().collect(); // LISTEN TOKENS_FILE
+    let tokens = TokenTable::parse(&std::fs::read_to_string(&args[2])?).expect("a token file");
     let gateway = web::Data::new(Gateway::new(tokens));
     let server = HttpServer::new(move || {
         App::new()
@@ -55,7 +51,7 @@ async fn main() -> std::io::Result<()> {
             .default_service(web::to(forward))
     });
     let server = server.on_connect(|conn, ext| _ = LetGo::of(conn).map(|s| ext.insert(s)));
-    let server = server.h1_allow_half_closed(false).bind(&*listen)?;
+    let server = server.h1_allow_half_closed(false).bind(&args[1])?;
     eprintln!("listening on {}", server.addrs()[0]);
     server.run().await
 }

@@ -63,9 +63,7 @@ where
 }
 
 async fn connected(news: &mut tokio::sync::broadcast::Receiver<Presence>) {
-    let wait = async {
-        while !matches!(news.recv().await, Ok(Presence::Connected { .. })) {}
-    };
+    let wait = async { while !matches!(news.recv().await, Ok(Presence::Connected { .. })) {} };
     tokio::time::timeout(Duration::from_secs(10), wait)
         .await
         .expect("the worker was registered");
@@ -73,7 +71,7 @@ async fn connected(news: &mut tokio::sync::broadcast::Receiver<Presence>) {
 
 async fn text(resp: http::Response<GatewayBody>) -> (StatusCode, String) {
     let status = resp.status();
-    let body = BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
@@ -120,7 +118,10 @@ async fn an_upgraded_connection_given_as_bytes_serves_callers_with_bodies_that_a
                 header::SEC_WEBSOCKET_KEY,
                 HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="),
             );
-            handshake.insert(header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+            handshake.insert(
+                header::SEC_WEBSOCKET_VERSION,
+                HeaderValue::from_static("13"),
+            );
             let admission = gateway.admit("/connect", &handshake, None).await.unwrap();
 
             // The host: what the worker writes arrives as pieces of a
@@ -148,7 +149,7 @@ async fn an_upgraded_connection_given_as_bytes_serves_callers_with_bodies_that_a
                 resp.headers()[header::SEC_WEBSOCKET_PROTOCOL],
                 worker_relay::frame::SUBPROTOCOL
             );
-            let mut out = resp.into_body();
+            let mut out = resp.into_body().into_stream();
             let body_end = tokio::task::spawn_local(async move {
                 while let Some(piece) = out.next().await {
                     match piece {
@@ -195,7 +196,9 @@ async fn an_upgraded_connection_given_as_bytes_serves_callers_with_bodies_that_a
                 (StatusCode::OK, "/echo hello world".into())
             );
             // No body by its framing: nothing read, the worker gets `end`.
-            let req = Request::get("/w/abc/health").body(local_stream(vec![])).unwrap();
+            let req = Request::get("/w/abc/health")
+                .body(local_stream(vec![]))
+                .unwrap();
             assert_eq!(
                 text(gateway.forward_local(req).await).await,
                 (StatusCode::OK, "/health ".into())

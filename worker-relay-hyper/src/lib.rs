@@ -38,19 +38,19 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(any(feature = "gateway", feature = "tunnel"))]
+#[cfg(any(feature = "registry", feature = "tunnel"))]
 #[macro_use]
 mod observe;
 
 #[cfg(feature = "tempfile")]
 mod budget;
 pub mod errors;
-#[cfg(feature = "gateway")]
-#[cfg_attr(docsrs, doc(cfg(feature = "gateway")))]
+#[cfg(feature = "registry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "registry")))]
 pub mod gateway;
 // Shared by the gateway and the tunnel, each using a part.
-#[cfg(any(feature = "gateway", feature = "tunnel"))]
-#[cfg_attr(not(all(feature = "gateway", feature = "tunnel")), allow(dead_code))]
+#[cfg(any(feature = "registry", feature = "tunnel"))]
+#[cfg_attr(not(all(feature = "registry", feature = "tunnel")), allow(dead_code))]
 mod pump;
 #[cfg(any(feature = "tungstenite", feature = "server"))]
 mod send_lowat;
@@ -85,7 +85,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// extension (`req.extensions().get::<PeerAddr>()`) that `server::serve`
 /// sets and the `gateway` reads for its access log and its refusals. An
 /// application with an accept loop of its own inserts it the same way.
-#[cfg(any(feature = "gateway", feature = "server"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "gateway", feature = "server"))))]
+#[cfg(any(feature = "registry", feature = "server"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "registry", feature = "server"))))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerAddr(pub std::net::SocketAddr);

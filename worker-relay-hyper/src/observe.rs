@@ -102,7 +102,7 @@ pub(crate) fn describe(relay_side: bool) {
 }
 
 /// The relay's side.
-#[cfg(feature = "gateway")]
+#[cfg(feature = "registry")]
 pub(crate) mod relay {
     /// A worker's handshake ended: `accepted`, `unauthorized`,
     /// `bad_request`, `refused` (503: draining, a duplicate refused) or

@@ -79,6 +79,14 @@ impl GatewayBody {
     }
 
     /// The body, recording the request when it is over.
+    /// The body's data as a stream of bytes, for a host whose responses
+    /// take one rather than an [`http_body::Body`] (actix-web's
+    /// `HttpResponseBuilder::streaming`): the same pieces, the same error,
+    /// the same access-log record.
+    pub fn into_stream(self) -> impl Stream<Item = Result<Bytes, BodyError>> + Send + 'static {
+        DataStream(self)
+    }
+
     pub(super) fn upgraded(connection: super::upgrade::Upgraded) -> GatewayBody {
         GatewayBody {
             kind: Kind::Upgraded(connection),
@@ -177,17 +185,17 @@ impl http_body::Body for GatewayBody {
     }
 }
 
-/// The body's data as a stream, for hosts whose responses take a stream of
-/// bytes rather than an [`http_body::Body`] (actix-web's
-/// `HttpResponseBuilder::streaming`): the same pieces, the same error, the
-/// same access-log record.
-impl Stream for GatewayBody {
+/// [`GatewayBody::into_stream`]: the body's data pieces.
+struct DataStream(GatewayBody);
+
+impl Stream for DataStream {
     type Item = Result<Bytes, BodyError>;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         use http_body::Body;
         // The gateway's frames are all data.
-        self.poll_frame(cx)
+        Pin::new(&mut self.0)
+            .poll_frame(cx)
             .map(|frame| frame.map(|f| f.map(|f| f.into_data().unwrap_or_default())))
     }
 }

@@ -1,4 +1,5 @@
-//! A relay inside any hyper, tower or axum application (feature `gateway`).
+//! A relay inside any application: hyper, tower or axum (feature
+//! `gateway`), or any other host (feature `registry`, no hyper, no tower).
 //!
 //! A [`Gateway`] holds the relay's state: who may connect (a
 //! [`TokenTable`]), who is connected (one connection per worker id, with a
@@ -68,6 +69,34 @@
 //!
 //! Route with `route_service` (or a fallback): `nest_service` would strip
 //! the `/w` prefix the gateway maps by.
+//!
+//! # Any other host
+//!
+//! Everything but the two tower services needs neither hyper nor tower
+//! (feature `registry`): the registry, its duplicate policy and flap
+//! damping, the reconnect wait, drain with 1012, revocation, the overflow
+//! in temporary files, the access log and the metrics. A host brings a
+//! worker's handshake and a caller's request:
+//!
+//! - [`Gateway::admit`] decides a worker's handshake from its path and
+//!   headers (every rule of [`Connect`] but the WebSocket handshake). Then
+//!   either [`Admission::serve`] serves the WebSocket the host accepted with
+//!   a library of its own (mapped to [`Message`]s; two halves joined by
+//!   [`HostSocket`]; turn on [`GatewayBuilder::answer_pings`] if the library
+//!   leaves pings to the application, as actix-ws does), or
+//!   [`Admission::upgrade_local`] runs the WebSocket itself over the
+//!   upgraded connection's bytes (the request's body in, the 101's
+//!   streaming body out: actix-web's way), with [`LetGo`] to hold the close
+//!   deadline on a host that keeps a socket its peer does not read.
+//! - [`Gateway::forward_request`] forwards a request whose body is an
+//!   `http_body::Body`; [`Gateway::forward_local`] one whose body is a
+//!   stream that is not `Send` (actix-web's `Payload`). The answer is an
+//!   `http::Response<`[`GatewayBody`]`>`, whose body is also a `Stream` of
+//!   bytes.
+//!
+//! `examples/actix.rs` in the repository is an actix-web 4 app with a route
+//! of its own and the relay in 60 lines; the conformance kit's relay mode
+//! runs against it in CI.
 
 mod accept;
 mod access;
@@ -76,12 +105,16 @@ mod body;
 mod forget;
 mod forward;
 mod host_socket;
+#[cfg(feature = "gateway")]
+mod hyper_upgrade;
 mod local;
 #[cfg(feature = "metrics")]
 mod meters;
 mod overflow_log;
 mod registry;
-#[cfg(test)]
+#[cfg(feature = "gateway")]
+mod services;
+#[cfg(all(test, feature = "gateway"))]
 mod tests;
 mod upgrade;
 mod upload;
@@ -93,6 +126,8 @@ pub use body::GatewayBody;
 pub use host_socket::HostSocket;
 pub use upgrade::LetGo;
 pub use forget::FORGET_AFTER;
+#[cfg(feature = "gateway")]
+pub use services::{Connect, Forward, GatewayService, ResponseFuture};
 pub use registry::{
     DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLAP_WINDOW, MAX_PRESENCE_CAPACITY,
 };
@@ -102,13 +137,10 @@ use futures_core::Stream;
 use futures_sink::Sink;
 use http::{Request, Response, StatusCode};
 use registry::Registry;
-use std::convert::Infallible;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
-use worker_relay::connect::{ConnectTarget, TokenTable, UrlMap, WorkerId};
+use worker_relay::connect::{TokenTable, UrlMap, WorkerId};
 use worker_relay::frame::{CloseCode, Message};
 use worker_relay::proto::{OverflowConfig, RelayConfig, Stats};
 use worker_relay::rt::{self, Overflow, RelayHandle};
@@ -487,21 +519,6 @@ impl Gateway {
         }
     }
 
-    /// The service that accepts workers' upgrade requests.
-    pub fn connect(&self) -> Connect {
-        Connect(self.inner.clone())
-    }
-
-    /// The service that forwards callers' requests to workers.
-    pub fn forward(&self) -> Forward {
-        Forward(self.inner.clone())
-    }
-
-    /// [`Connect`] for the connect path, [`Forward`] for everything else.
-    pub fn service(&self) -> GatewayService {
-        GatewayService(self.inner.clone())
-    }
-
     /// Serves `socket` as `worker`'s connection until it ends, registered
     /// until it starts closing (its close then takes at most the
     /// connection's `close_timeout`): for a WebSocket accepted some other way (axum's
@@ -799,121 +816,4 @@ fn answer(status: StatusCode, text: &str) -> Response<GatewayBody> {
         http::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     resp
-}
-
-/// The future of the gateway's services.
-pub type ResponseFuture =
-    Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, Infallible>> + Send>>;
-
-/// Accepts workers' upgrade requests (see the [module docs](self)): a
-/// `tower::Service` for any request body, never failing (a refusal is an
-/// HTTP answer, 400, 401, 426, 429 or 503, with the reason in its text).
-/// Get it from [`Gateway::connect`]; clones share the gateway.
-#[derive(Clone)]
-pub struct Connect(Arc<Inner>);
-
-/// Forwards callers' requests to their workers (see the
-/// [module docs](self)): a `tower::Service` for any request body, never
-/// failing (the relay's own answers are 400, 401, 404, 405, 408, 414, 431,
-/// 502, 503 and 504; [`errors`](worker_relay::errors) says which failure is
-/// which). Get it from
-/// [`Gateway::forward`]; clones share the gateway.
-#[derive(Clone)]
-pub struct Forward(Arc<Inner>);
-
-/// [`Connect`] on the gateway's connect path and under it
-/// (`/connect/<id>`), [`Forward`] elsewhere: the whole relay as one
-/// `tower::Service`. Get it from [`Gateway::service`]; clones share the
-/// gateway.
-#[derive(Clone)]
-pub struct GatewayService(Arc<Inner>);
-
-impl std::fmt::Debug for Connect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Connect")
-    }
-}
-
-impl std::fmt::Debug for Forward {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Forward")
-    }
-}
-
-impl std::fmt::Debug for GatewayService {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("GatewayService")
-    }
-}
-
-impl<B> tower::Service<Request<B>> for Connect
-where
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
-    type Response = Response<GatewayBody>;
-    type Error = Infallible;
-    type Future = ResponseFuture;
-
-    /// Always ready.
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<B>) -> ResponseFuture {
-        let inner = self.0.clone();
-        Box::pin(async move { Ok(accept::accept(&inner, req).await) })
-    }
-}
-
-impl<B> tower::Service<Request<B>> for Forward
-where
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
-    type Response = Response<GatewayBody>;
-    type Error = Infallible;
-    type Future = ResponseFuture;
-
-    /// Always ready: a worker's bound on open streams answers 503 per
-    /// request instead.
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<B>) -> ResponseFuture {
-        let inner = self.0.clone();
-        Box::pin(async move { Ok(forward::forward(inner, req).await) })
-    }
-}
-
-impl<B> tower::Service<Request<B>> for GatewayService
-where
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
-    type Response = Response<GatewayBody>;
-    type Error = Infallible;
-    type Future = ResponseFuture;
-
-    /// Always ready.
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<B>) -> ResponseFuture {
-        let inner = self.0.clone();
-        Box::pin(async move {
-            Ok(
-                if ConnectTarget::parse(&inner.connect_path, req.uri().path()).is_some() {
-                    accept::accept(&inner, req).await
-                } else {
-                    forward::forward(inner, req).await
-                },
-            )
-        })
-    }
 }
