@@ -75,4 +75,3 @@ async fn decide_and_upgrade<B>(inner: &Arc<Inner>, mut req: Request<B>) -> Respo
 fn websocket_key<B>(req: &Request<B>, peer: Option<SocketAddr>) -> Result<HeaderValue, Refusal> {
     websocket_key_of(req.method() == http::Method::GET, req.headers(), peer)
 }
-

@@ -123,14 +123,14 @@ pub use accept::{Admission, AttachError};
 pub use access::ACCESS_TARGET;
 pub use authorize::{AuthorizeFuture, Presented};
 pub use body::GatewayBody;
-pub use host_socket::HostSocket;
-pub use upgrade::LetGo;
 pub use forget::FORGET_AFTER;
-#[cfg(feature = "gateway")]
-pub use services::{Connect, Forward, GatewayService, ResponseFuture};
+pub use host_socket::HostSocket;
 pub use registry::{
     DuplicatePolicy, Presence, WorkerInfo, FLAP_REPLACEMENTS, FLAP_WINDOW, MAX_PRESENCE_CAPACITY,
 };
+#[cfg(feature = "gateway")]
+pub use services::{Connect, Forward, GatewayService, ResponseFuture};
+pub use upgrade::LetGo;
 
 use crate::TempFileOverflow;
 use futures_core::Stream;

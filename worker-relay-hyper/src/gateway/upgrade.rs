@@ -166,7 +166,10 @@ pub(super) struct Upgraded {
 }
 
 impl Upgraded {
-    pub(super) fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
+    pub(super) fn poll_data(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, BodyError>>> {
         if let Some(ended) = self.ended.as_mut() {
             let mut buf = ReadBuf::new(&mut self.scratch);
             match ready!(Pin::new(&mut self.out).poll_read(cx, &mut buf)) {
