@@ -20,9 +20,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 use worker_relay::connect::{Token, TokenTable, WorkerHandshake};
-use worker_relay::frame::{Headers, ResponseHead};
+use worker_relay::frame::{CloseCode, Headers, ResponseHead};
 use worker_relay::proto::WorkerConfig;
-use worker_relay::rt;
+use worker_relay::rt::{self, BodyError};
 use worker_relay_hyper::gateway::{Gateway, GatewayBody, HostSocket, Presence};
 use worker_relay_hyper::ws::WsSocket;
 use worker_relay_hyper::TokioTimer;
@@ -105,86 +105,105 @@ async fn a_socket_in_two_halves_is_served_and_callers_reach_it_through_forward_r
     );
 }
 
+/// An upgraded connection in memory, as actix-web hands one over: what
+/// the worker writes arrives as pieces of a stream that is not `Send`, and
+/// the 101's body goes back to it as is. The worker (the crate's `rt`,
+/// answering with each request's path and body) runs until the returned
+/// sender is dropped (gone without a close) or its connection ends (its
+/// driver's end in the second handle). The first handle is the 101's body's
+/// end, as the host sees it.
+struct InMemory {
+    body_end: tokio::task::JoinHandle<Result<(), BodyError>>,
+    dropper: tokio::sync::oneshot::Sender<()>,
+    worker_end: tokio::task::JoinHandle<Option<String>>,
+}
+
+async fn upgraded_in_memory(gateway: &Gateway) -> InMemory {
+    let mut news = gateway.subscribe();
+    let mut handshake = headers();
+    handshake.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    handshake.insert(
+        header::SEC_WEBSOCKET_KEY,
+        HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="),
+    );
+    handshake.insert(
+        header::SEC_WEBSOCKET_VERSION,
+        HeaderValue::from_static("13"),
+    );
+    let admission = gateway.admit("/connect", &handshake, None).await.unwrap();
+    let (worker_io, host_io) = tokio::io::duplex(64 << 10);
+    let (mut from_worker, mut to_worker) = tokio::io::split(host_io);
+    let not_send = Rc::new(());
+    let incoming = futures::stream::poll_fn(move |cx| {
+        let _ = &not_send;
+        let mut buf = vec![0; 4096];
+        let mut read = std::pin::pin!(from_worker.read(&mut buf));
+        read.as_mut().poll(cx).map(|n| match n {
+            Ok(0) => None,
+            Ok(n) => Some(Ok::<_, std::io::Error>(Bytes::copy_from_slice(&buf[..n]))),
+            Err(e) => Some(Err(e)),
+        })
+    });
+    let resp = admission.upgrade_local(incoming, None);
+    assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+    assert_eq!(
+        resp.headers()[header::SEC_WEBSOCKET_ACCEPT],
+        "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+    );
+    assert_eq!(
+        resp.headers()[header::SEC_WEBSOCKET_PROTOCOL],
+        worker_relay::frame::SUBPROTOCOL
+    );
+    let mut out = resp.into_body().into_stream();
+    let body_end = tokio::task::spawn_local(async move {
+        while let Some(piece) = out.next().await {
+            match piece {
+                Ok(piece) => to_worker.write_all(&piece).await.unwrap(),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    });
+    // The worker, on its end of the bytes (the handshake is the host's;
+    // the frames are the gateway's).
+    let ws = WebSocketStream::from_raw_socket(worker_io, Role::Client, None).await;
+    let (dropper, drop_worker) = tokio::sync::oneshot::channel::<()>();
+    let (mut incoming, driver) = rt::worker(WsSocket(ws), TokioTimer, WorkerConfig::default());
+    let worker_end = tokio::spawn(async move {
+        tokio::select! {
+            ended = driver => Some(format!("{ended:?}")),
+            _ = drop_worker => None, // gone without a close
+        }
+    });
+    tokio::spawn(async move {
+        while let Some(mut req) = incoming.next().await {
+            let mut text = format!("{} ", req.head.path());
+            while let Some(Ok(piece)) = req.body.next().await {
+                text.push_str(&String::from_utf8_lossy(&piece));
+            }
+            let head = ResponseHead::new(200, Headers::new()).unwrap();
+            let mut body = req.responder.respond(head).unwrap();
+            let _ = body.send(Bytes::from(text)).await;
+            let _ = body.close().await;
+        }
+    });
+    connected(&mut news).await;
+    InMemory {
+        body_end,
+        dropper,
+        worker_end,
+    }
+}
+
 #[tokio::test]
 async fn an_upgraded_connection_given_as_bytes_serves_callers_with_bodies_that_are_not_send() {
     let local = tokio::task::LocalSet::new();
     local
         .run_until(async {
             let gateway = Gateway::new(TokenTable::parse(TOKENS).unwrap());
-            let mut news = gateway.subscribe();
-            let mut handshake = headers();
-            handshake.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-            handshake.insert(
-                header::SEC_WEBSOCKET_KEY,
-                HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="),
-            );
-            handshake.insert(
-                header::SEC_WEBSOCKET_VERSION,
-                HeaderValue::from_static("13"),
-            );
-            let admission = gateway.admit("/connect", &handshake, None).await.unwrap();
-
-            // The host: what the worker writes arrives as pieces of a
-            // stream that is not `Send`; the 101's body goes back as is.
-            let (worker_io, host_io) = tokio::io::duplex(64 << 10);
-            let (mut from_worker, mut to_worker) = tokio::io::split(host_io);
-            let not_send = Rc::new(());
-            let incoming = futures::stream::poll_fn(move |cx| {
-                let _ = &not_send;
-                let mut buf = vec![0; 4096];
-                let mut read = std::pin::pin!(from_worker.read(&mut buf));
-                read.as_mut().poll(cx).map(|n| match n {
-                    Ok(0) => None,
-                    Ok(n) => Some(Ok::<_, std::io::Error>(Bytes::copy_from_slice(&buf[..n]))),
-                    Err(e) => Some(Err(e)),
-                })
-            });
-            let resp = admission.upgrade_local(incoming, None);
-            assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
-            assert_eq!(
-                resp.headers()[header::SEC_WEBSOCKET_ACCEPT],
-                "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-            );
-            assert_eq!(
-                resp.headers()[header::SEC_WEBSOCKET_PROTOCOL],
-                worker_relay::frame::SUBPROTOCOL
-            );
-            let mut out = resp.into_body().into_stream();
-            let body_end = tokio::task::spawn_local(async move {
-                while let Some(piece) = out.next().await {
-                    match piece {
-                        Ok(piece) => to_worker.write_all(&piece).await.unwrap(),
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok(())
-            });
-
-            // The worker, on its end of the bytes (the handshake is the
-            // host's; the frames are the gateway's).
-            let ws = WebSocketStream::from_raw_socket(worker_io, Role::Client, None).await;
-            let (dropper, drop_worker) = tokio::sync::oneshot::channel::<()>();
-            let worker = WsSocket(ws);
-            let (mut incoming, driver) = rt::worker(worker, TokioTimer, WorkerConfig::default());
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = driver => {}
-                    _ = drop_worker => {} // gone without a close
-                }
-            });
-            tokio::spawn(async move {
-                while let Some(mut req) = incoming.next().await {
-                    let mut text = format!("{} ", req.head.path());
-                    while let Some(Ok(piece)) = req.body.next().await {
-                        text.push_str(&String::from_utf8_lossy(&piece));
-                    }
-                    let head = ResponseHead::new(200, Headers::new()).unwrap();
-                    let mut body = req.responder.respond(head).unwrap();
-                    let _ = body.send(Bytes::from(text)).await;
-                    let _ = body.close().await;
-                }
-            });
-            connected(&mut news).await;
+            let InMemory {
+                body_end, dropper, ..
+            } = upgraded_in_memory(&gateway).await;
 
             // A body that is not `Send`, read on this thread.
             let req = Request::post("/w/abc/echo")
@@ -248,4 +267,51 @@ async fn upgrade_local_refuses_what_is_not_a_websocket_upgrade() {
             assert!(!gateway.is_connected("abc"));
         })
         .await;
+}
+
+#[tokio::test]
+async fn a_drain_closes_an_upgraded_connection_with_1012_and_its_101_body_ends_cleanly() {
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+            let gateway = Gateway::new(TokenTable::parse(TOKENS).unwrap());
+            let InMemory {
+                body_end,
+                dropper: _dropper,
+                worker_end,
+            } = upgraded_in_memory(&gateway).await;
+            gateway
+                .drain(Duration::from_secs(1), CloseCode::SERVICE_RESTART)
+                .await;
+            let worker = tokio::time::timeout(Duration::from_secs(10), worker_end)
+                .await
+                .expect("the worker's connection ended")
+                .unwrap()
+                .expect("by its close");
+            assert!(worker.contains("1012"), "{worker}");
+            let ended = tokio::time::timeout(Duration::from_secs(10), body_end)
+                .await
+                .expect("the 101's body ended")
+                .unwrap();
+            assert!(
+                ended.is_ok(),
+                "a good close ends the body cleanly: {ended:?}"
+            );
+            assert!(!gateway.is_connected("abc"));
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn let_go_takes_a_tokio_or_std_tcp_stream_and_nothing_else() {
+    use worker_relay_hyper::gateway::LetGo;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dialled = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (accepted, _) = listener.accept().await.unwrap();
+    assert!(LetGo::of(&accepted).is_some());
+    let std_stream = dialled.into_std().unwrap();
+    assert!(LetGo::of(&std_stream).is_some());
+    assert!(LetGo::of(&"a Unix socket, say").is_none());
 }
