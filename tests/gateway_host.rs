@@ -46,8 +46,13 @@ where
         + 'static,
     E: std::fmt::Display + Send + 'static,
 {
-    let (mut incoming, driver) = rt::worker(socket, TokioTimer, WorkerConfig::default());
+    let (incoming, driver) = rt::worker(socket, TokioTimer, WorkerConfig::default());
     tokio::spawn(driver);
+    answer_each(incoming);
+}
+
+/// Answers every request 200 with its path and the request's body.
+fn answer_each(mut incoming: rt::Incoming) {
     tokio::spawn(async move {
         while let Some(mut req) = incoming.next().await {
             let mut text = format!("{} ", req.head.path());
@@ -168,25 +173,14 @@ async fn upgraded_in_memory(gateway: &Gateway) -> InMemory {
     // the frames are the gateway's).
     let ws = WebSocketStream::from_raw_socket(worker_io, Role::Client, None).await;
     let (dropper, drop_worker) = tokio::sync::oneshot::channel::<()>();
-    let (mut incoming, driver) = rt::worker(WsSocket(ws), TokioTimer, WorkerConfig::default());
+    let (incoming, driver) = rt::worker(WsSocket(ws), TokioTimer, WorkerConfig::default());
     let worker_end = tokio::spawn(async move {
         tokio::select! {
             ended = driver => Some(format!("{ended:?}")),
             _ = drop_worker => None, // gone without a close
         }
     });
-    tokio::spawn(async move {
-        while let Some(mut req) = incoming.next().await {
-            let mut text = format!("{} ", req.head.path());
-            while let Some(Ok(piece)) = req.body.next().await {
-                text.push_str(&String::from_utf8_lossy(&piece));
-            }
-            let head = ResponseHead::new(200, Headers::new()).unwrap();
-            let mut body = req.responder.respond(head).unwrap();
-            let _ = body.send(Bytes::from(text)).await;
-            let _ = body.close().await;
-        }
-    });
+    answer_each(incoming);
     connected(&mut news).await;
     InMemory {
         body_end,
