@@ -64,7 +64,7 @@
 //!
 //! [`Connect`] reads the id from the request's path when it is the
 //! gateway's connect path followed by `/<id>`
-//! ([`ConnectTarget`]); routed at any other
+//! ([`ConnectTarget`](worker_relay::connect::ConnectTarget)); routed at any other
 //! path, it takes the worker from the token alone.
 //!
 //! Route with `route_service` (or a fallback): `nest_service` would strip

@@ -32,7 +32,7 @@ impl Gateway {
 pub type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, Infallible>> + Send>>;
 
-/// Accepts workers' upgrade requests (see the [module docs](self)): a
+/// Accepts workers' upgrade requests (see the [module docs](super)): a
 /// `tower::Service` for any request body, never failing (a refusal is an
 /// HTTP answer, 400, 401, 426, 429 or 503, with the reason in its text).
 /// Get it from [`Gateway::connect`]; clones share the gateway.
@@ -40,7 +40,7 @@ pub type ResponseFuture =
 pub struct Connect(Arc<Inner>);
 
 /// Forwards callers' requests to their workers (see the
-/// [module docs](self)): a `tower::Service` for any request body, never
+/// [module docs](super)): a `tower::Service` for any request body, never
 /// failing (the relay's own answers are 400, 401, 404, 405, 408, 414, 431,
 /// 502, 503 and 504; [`errors`](worker_relay::errors) says which failure is
 /// which). Get it from
