@@ -12,7 +12,8 @@
 #
 #   bash benches/e2e_wrk.sh
 #   WRK_SECONDS=10 WRK_CONNECTIONS=32 bash benches/e2e_wrk.sh
-#   THREADS=1 bash benches/e2e_wrk.sh     # relay, worker and direct app with --threads 1
+#   THREADS=2 bash benches/e2e_wrk.sh     # relay, worker and direct app with --threads 2
+#                                         # (defaults: relay and worker 1, direct app one per core)
 #   WORKER_THREADS=1 bash benches/e2e_wrk.sh   # only the worker (RELAY_THREADS: the relay)
 #
 # All on 127.0.0.1; tokens drawn at random, passed through a file and the
@@ -129,7 +130,7 @@ run() {  # run KEY URL PID...
     printf '| %s | %.0f | %s µs | %s µs | %s | %s |\n' "$key" "$r" "$l50" "$l99" "$split" "${errors:-none}"
 }
 echo
-echo "GET /health, wrk -t1 -c$conns -d${seconds}s --latency; runtime threads: ${THREADS:-one per core} (relay ${RELAY_THREADS:-${THREADS:-one per core}}, worker ${WORKER_THREADS:-${THREADS:-one per core}}); CPU seconds during the run"
+echo "GET /health, wrk -t1 -c$conns -d${seconds}s --latency; runtime threads: relay ${RELAY_THREADS:-${THREADS:-1 (default)}}, worker ${WORKER_THREADS:-${THREADS:-1 (default)}}, direct app ${THREADS:-one per core (default)}; CPU seconds during the run"
 echo "| path | requests/s | p50 | p99 | CPU s: relay / worker / wrk (nginx: nginx / app / wrk; direct: app / wrk) | errors |"
 echo "|---|---|---|---|---|---|"
 for round in 1 2; do

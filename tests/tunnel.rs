@@ -1,6 +1,7 @@
 //! `tunnel`: a tower service served as a worker. A service error is a 500,
 //! a caller who leaves cancels the service's work, a final refusal ends
-//! `Tunnel::run`, a request body reaches the service as it streams.
+//! `Tunnel::run`, a request body reaches the service as it streams, a
+//! request that waits moves to its own task and others go past it.
 
 #[path = "../examples/common/client.rs"]
 mod client;
@@ -288,4 +289,79 @@ async fn a_final_refusal_ends_run_and_a_retry_does_not() {
     );
     let tunnel = Tunnel::new("http://not-a-websocket", None);
     assert!(matches!(tunnel.run(svc).await, Refused::InvalidUrl(_)));
+}
+
+/// Opens `/gate` only once told to; answers anything else at once.
+#[derive(Clone)]
+struct Gated {
+    entered: Arc<tokio::sync::Notify>,
+    open: Arc<tokio::sync::Notify>,
+}
+
+impl tower::Service<Request<TunnelBody>> for Gated {
+    type Response = Response<Full<Bytes>>;
+    type Error = BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<TunnelBody>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            if req.uri().path() == "/gate" {
+                this.entered.notify_one();
+                this.open.notified().await;
+                return Ok(Response::new(Full::new(Bytes::from_static(b"opened"))));
+            }
+            Ok(Response::new(Full::new(Bytes::from_static(b"at once"))))
+        })
+    }
+}
+
+/// A request's first poll runs in the connection's task (issue 42): one
+/// that waits then goes on its own task, where it is woken and answers,
+/// and the answers ready at once do not wait for it. On one thread, so
+/// that nothing but the move lets the second request through.
+#[tokio::test(flavor = "current_thread")]
+async fn a_request_that_waits_moves_to_its_own_task_and_others_go_past_it() {
+    let gated = Gated {
+        entered: Arc::new(tokio::sync::Notify::new()),
+        open: Arc::new(tokio::sync::Notify::new()),
+    };
+    let addr = with_worker(gated.clone()).await;
+    let waiting = tokio::spawn(client::request(
+        addr,
+        "GET",
+        "/w/abc/gate",
+        &[],
+        Bytes::new(),
+    ));
+    tokio::time::timeout(Duration::from_secs(5), gated.entered.notified())
+        .await
+        .expect("the service saw /gate");
+    for _ in 0..3 {
+        let a = tokio::time::timeout(
+            Duration::from_secs(5),
+            client::request(addr, "GET", "/w/abc/now", &[], Bytes::new()),
+        )
+        .await
+        .expect("an answer ready at once went past the waiting one")
+        .unwrap();
+        assert_eq!((a.status, a.body), (200, Bytes::from_static(b"at once")));
+    }
+    assert!(!waiting.is_finished());
+    gated.open.notify_one();
+    let a = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiting request was woken on its own task")
+        .unwrap()
+        .unwrap();
+    assert_eq!((a.status, a.body), (200, Bytes::from_static(b"opened")));
 }

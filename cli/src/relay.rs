@@ -18,8 +18,10 @@
 //! connections (default 10,000; keep it below `ulimit -n`), and
 //! `--header-timeout SECS` bounds how long a client may take to send a
 //! request head (default 10). `--threads N` sets the runtime's threads
-//! (default: one per core; 1 runs everything on one thread, which on a
-//! small machine shared with the workers is the fastest: BENCHMARKS.md).
+//! (default 1: one event loop, as one nginx worker process; on a small
+//! machine shared with the workers it is the fastest, BENCHMARKS.md issue
+//! 42; for more cores, `--threads N` or one relay per core behind
+//! `--reuse-port`).
 //!
 //! `--tls-cert FILE --tls-key FILE` (PEM: the chain, leaf first, and its
 //! key) serves HTTPS instead: workers dial `wss://HOST:PORT/connect`,
@@ -103,7 +105,7 @@ options:
   --grace SECS               on SIGTERM, time the requests in flight have to finish (default 30)
   --reconnect-wait SECS      time a request waits for its known worker to connect (default 10)
   --reuse-port               listen with SO_REUSEPORT (a new relay can take the port)
-  --threads N                runtime threads (default: one per core)
+  --threads N                runtime threads (default 1: one event loop)
   --stall-timeout SECS       time a caller may read nothing of its response (default 60)
   --overflow-budget BYTES    disk for slow callers' responses (default 8 GiB; 0: none)
   --admin HOST:PORT          serve GET /metrics and GET /workers there
@@ -206,7 +208,7 @@ pub fn main(program: &str, args: Vec<String>) -> ExitCode {
     if let Some(tls) = &tls {
         server = server.tls(tls.clone());
     }
-    match runtime::build(threads) {
+    match runtime::build(Some(threads.unwrap_or(runtime::ONE_LOOP))) {
         Ok(rt) => {
             let opts = Options {
                 grace,

@@ -22,7 +22,10 @@
 //!
 //! `--listen ADDR` instead of `--connect` serves the same app on ADDR
 //! directly, without a relay: the baseline the benchmarks compare with.
-//! `--threads N` sets the runtime's threads (default: one per core).
+//! `--threads N` sets the runtime's threads (default 1 with `--connect`:
+//! every request comes through one connection, and a thread per core only
+//! added hand-offs between threads, BENCHMARKS.md issue 42; one per core
+//! with `--listen`).
 //!
 //! `SIGTERM` (or Ctrl-C) drains the worker: new requests are answered 503
 //! with `Retry-After: 1`, those in flight finish (at most 30 s), then the
@@ -63,7 +66,7 @@ options:
   --upstream http://HOST:PORT   forward every request to this server instead of the app
   --upstream-connections N      connections to the upstream at most (default 32)
   --listen HOST:PORT            serve the app directly there, no relay
-  --threads N                   runtime threads (default: one per core)
+  --threads N                   runtime threads (default 1; with --listen one per core)
   --admin HOST:PORT             serve GET /metrics there
   --log-format text|json        the log's format (default text)
   -h, --help                    this help
@@ -191,7 +194,7 @@ pub fn main(program: &str, args: Vec<String>) -> ExitCode {
         name: "worker".into(),
         dialer,
     };
-    let runtime = match runtime::build(threads) {
+    let runtime = match runtime::build(Some(threads.unwrap_or(runtime::ONE_LOOP))) {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!("cannot start the runtime: {e}");

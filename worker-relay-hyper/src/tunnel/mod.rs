@@ -3,7 +3,9 @@
 //! relay without opening a port.
 //!
 //! - [`serve`] serves one connection: each request becomes an
-//!   `http::Request<`[`TunnelBody`]`>` for the service, on its own task; the
+//!   `http::Request<`[`TunnelBody`]`>` for the service, first polled in
+//!   the connection's task (an answer ready at once goes out from there,
+//!   with no task of its own) and, once it waits, on its own task; the
 //!   service's response streams back. A service error, or a response head
 //!   the protocol cannot carry, is answered 500; a response body that fails
 //!   after the head aborts the stream, so the caller sees it fail. When the
@@ -45,8 +47,9 @@ use futures_core::Stream;
 use futures_sink::Sink;
 use http::{Request, Response};
 use http_body::Body;
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::pin::pin;
+use std::task::Poll;
 use std::time::Duration;
 use tokio::task::JoinSet;
 use worker_relay::forward::{request_builder, response_head_from_parts};
@@ -55,7 +58,11 @@ use worker_relay::proto::WorkerConfig;
 use worker_relay::rt::{self, DriverError, ResponseSink};
 
 /// Serves one connection with `service` until it ends, each request on its
-/// own task (tasks still running when the connection ends are cancelled).
+/// own task once it waits (tasks still running when the connection ends
+/// are cancelled). A request's first poll runs in the connection's task,
+/// as hyper's HTTP/1 server runs its service: a service that computes for
+/// long before its first `.await` holds the connection's other streams
+/// meanwhile (give such work to `spawn_blocking`).
 /// Needs a tokio runtime.
 pub async fn serve<S, E, Svc, B>(
     socket: S,
@@ -124,15 +131,39 @@ where
         let flush_tick = flushing.filter(|_| !closed);
         tokio::select! {
             result = &mut driver => return (result, draining.is_some()),
-            req = poll_fn(|cx| std::pin::Pin::new(&mut incoming).poll_next(cx)), if accepting => match req {
-                Some(req) if draining.is_some() => {
-                    refusals.spawn(refuse(req));
+            req = poll_fn(|cx| std::pin::Pin::new(&mut incoming).poll_next(cx)), if accepting => {
+                let mut next = req;
+                loop {
+                    match next {
+                        Some(req) if draining.is_some() => {
+                            refusals.spawn(refuse(req));
+                        }
+                        Some(req) => {
+                            // Its first poll here, in the connection's
+                            // task: an answer ready at once (most small
+                            // requests) then costs no task of its own and
+                            // no hand-off to another runtime thread and
+                            // back. One that waits (for its body, an
+                            // upstream, a timer) goes on its own task.
+                            let mut answer = Box::pin(handle(req, service.clone()));
+                            if poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx).is_pending())).await {
+                                tasks.spawn(answer);
+                            }
+                        }
+                        None => {
+                            accepting = false;
+                            break;
+                        }
+                    }
+                    // The requests the driver has already read are served
+                    // before it runs again: their answers leave in one
+                    // write, not one each.
+                    match poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut incoming).poll_next(cx))).await {
+                        Poll::Ready(r) => next = r,
+                        Poll::Pending => break,
+                    }
                 }
-                Some(req) => {
-                    tasks.spawn(handle(req, service.clone()));
-                }
-                None => accepting = false,
-            },
+            }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             Some(_) = refusals.join_next(), if !refusals.is_empty() => {}
             () = shutdown.as_mut(), if draining.is_none() => {
