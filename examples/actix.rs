@@ -33,9 +33,11 @@ async fn connect(req: HttpRequest, body: web::Payload, gw: web::Data<Gateway>) -
 
 async fn forward(req: HttpRequest, body: web::Payload, gw: web::Data<Gateway>) -> HttpResponse {
     let mut head = http::Request::builder().uri(req.uri().to_string());
-    *head.headers_mut().unwrap() = headers(&req);
-    let head = head.method(req.method().as_str()).body(body).unwrap();
-    reply(gw.forward_local(head).await)
+    _ = head.headers_mut().map(|h| *h = headers(&req)); // None: a bad URI (then 400)
+    match head.method(req.method().as_str()).body(body) {
+        Ok(head) => reply(gw.forward_local(head).await),
+        Err(_) => HttpResponse::BadRequest().body("bad request\n"),
+    }
 }
 
 #[actix_web::main]

@@ -194,7 +194,10 @@ impl Upgraded {
 /// A duplicate of the TCP socket a host accepted a worker's connection on,
 /// for [`Admission::upgrade_local`] to shut the connection down when its
 /// close deadline has passed: the close deadline then holds whether or not
-/// the host ever gets to close it. Cheap to clone.
+/// the host ever gets to close it. Cheap to clone. It is a second file
+/// descriptor for the socket for as long as the host keeps it (with
+/// actix-web's `on_connect`, for every connection, callers' too): count two
+/// per connection against the process's limit.
 #[derive(Clone, Debug)]
 pub struct LetGo(Arc<std::net::TcpStream>);
 
