@@ -11,6 +11,9 @@
 //! - the bulk through the relay ≥ 0.9 × the floor's bulk;
 //! - two bulk downloads at once through the relay: each ≥ 40 % of their sum.
 //!
+//! A failed probe or transfer fails at once; a missed timing bound fails only
+//! when a second run misses one too (`ATTEMPTS`).
+//!
 //! Needs root, `ip` and `tc` (iproute2) with network namespaces and the tbf
 //! qdisc, and python3; without them it prints `skipped: <why>` and passes.
 //! The examples must be built (`cargo test` builds them; the debug build is
@@ -34,6 +37,13 @@ const LIMIT: Duration = Duration::from_secs(300);
 const P99_SLACK_MS: f64 = 100.0;
 const BULK_RATIO: f64 = 0.9;
 const MIN_SHARE: f64 = 0.40;
+/// Runs of the harness before a missed timing bound fails the test. One
+/// probe in 30 that waits (the p99 of 30 is the largest) or a bulk that
+/// slows, on a machine shared with other jobs, is noise a second run does not
+/// repeat (CI once saw one probe at 196 ms against the floor's 81 ms, p50
+/// 26 ms); what this guards against (a probe behind a queued body, every
+/// time) misses in both. Failed probes or transfers fail at once.
+const ATTEMPTS: u32 = 2;
 
 #[path = "support/example_bin.rs"]
 mod example_bin;
@@ -184,6 +194,70 @@ fn run_harness(relay: &Path, worker: &Path) -> (Option<i32>, String, String) {
     (status.code(), out, err)
 }
 
+/// The bounds on one harness run's RESULT lines: (what is wrong whatever the
+/// machine's load: failed probes or transfers; what is slower than the bounds).
+fn judge(out: &str, err: &str) -> (Vec<String>, Vec<String>) {
+    let results = parse(out);
+    let find = |path: &str, dir: &str| {
+        results
+            .iter()
+            .find(|r| {
+                r.get("rate").map(String::as_str) == Some("10")
+                    && r.get("path").map(String::as_str) == Some(path)
+                    && r.get("dir").map(String::as_str) == Some(dir)
+            })
+            .unwrap_or_else(|| panic!("no RESULT for path={path} dir={dir}:\n{out}"))
+    };
+
+    let (mut hard, mut timing) = (Vec::new(), Vec::new());
+    for dir in ["download", "upload"] {
+        let (floor, relay) = (find("floor", dir), find("relay", dir));
+        // The floor is the yardstick: if it did not measure, nothing did.
+        assert!(
+        num(floor, "fail") == 0.0 && num(floor, "unrun") == 0.0 && num(floor, "bulk_ok") == 1.0,
+        "the floor's {dir} did not measure cleanly (a harness or machine problem): {floor:?}\n{err}"
+    );
+        if num(relay, "fail") > 0.0 || num(relay, "unrun") > 0.0 {
+            hard.push(format!(
+            "{dir}: through the relay, {} of 30 probes failed and {} were not run within the probe phase",
+            num(relay, "fail"),
+            num(relay, "unrun")
+        ));
+        }
+        if num(relay, "bulk_ok") != 1.0 {
+            hard.push(format!("{dir}: the bulk transfer through the relay failed"));
+        }
+        let (fp, rp) = (num(floor, "p99_ms"), num(relay, "p99_ms"));
+        if rp > fp + P99_SLACK_MS {
+            timing.push(format!(
+            "{dir}: /health p99 through the relay {rp} ms > the floor's {fp} ms + {P99_SLACK_MS} ms \
+             (p50 {} ms vs {} ms)",
+            num(relay, "p50_ms"),
+            num(floor, "p50_ms")
+        ));
+        }
+        let (fb, rb) = (num(floor, "bulk_mbps"), num(relay, "bulk_mbps"));
+        if rb < BULK_RATIO * fb {
+            timing.push(format!(
+            "{dir}: the bulk through the relay {rb} Mbit/s < {BULK_RATIO} x the floor's {fb} Mbit/s"
+        ));
+        }
+    }
+    let fair = find("relay", "fair");
+    if num(fair, "ok") != 1.0 {
+        hard.push("fair: a bulk download through the relay failed or ended early".into());
+    }
+    if num(fair, "min_share") < MIN_SHARE {
+        timing.push(format!(
+        "fair: two downloads through the relay got {} and {} Mbit/s: the smaller share {} < {MIN_SHARE}",
+        num(fair, "a_mbps"),
+        num(fair, "b_mbps"),
+        num(fair, "min_share")
+    ));
+    }
+    (hard, timing)
+}
+
 /// The slow tier: `cargo test` skips these (`#[ignore]`, each says why);
 /// `.ci/slow` runs them (`cargo test -- --ignored slow::`).
 mod slow {
@@ -202,81 +276,38 @@ mod slow {
             return;
         }
         let (relay, worker) = (example_bin("relay"), example_bin("worker"));
-        let (code, out, err) = run_harness(&relay, &worker);
-        eprintln!("{err}");
-        println!("{out}");
-        assert_eq!(
-            code,
-            Some(0),
-            "the harness failed\nstdout:\n{out}\nstderr:\n{err}"
-        );
-        assert!(
-            !out.lines().any(|l| l.starts_with("slow_link: skipped")),
-            "the harness skipped although this machine can run it:\n{out}"
-        );
-
-        let results = parse(&out);
-        let find = |path: &str, dir: &str| {
-            results
-                .iter()
-                .find(|r| {
-                    r.get("rate").map(String::as_str) == Some("10")
-                        && r.get("path").map(String::as_str) == Some(path)
-                        && r.get("dir").map(String::as_str) == Some(dir)
-                })
-                .unwrap_or_else(|| panic!("no RESULT for path={path} dir={dir}:\n{out}"))
-        };
-
-        let mut broken = Vec::new();
-        for dir in ["download", "upload"] {
-            let (floor, relay) = (find("floor", dir), find("relay", dir));
-            // The floor is the yardstick: if it did not measure, nothing did.
+        let mut slower = Vec::new();
+        for attempt in 1..=ATTEMPTS {
+            let (code, out, err) = run_harness(&relay, &worker);
+            eprintln!("{err}");
+            println!("{out}");
+            assert_eq!(
+                code,
+                Some(0),
+                "the harness failed\nstdout:\n{out}\nstderr:\n{err}"
+            );
             assert!(
-            num(floor, "fail") == 0.0 && num(floor, "unrun") == 0.0 && num(floor, "bulk_ok") == 1.0,
-            "the floor's {dir} did not measure cleanly (a harness or machine problem): {floor:?}\n{err}"
-        );
-            if num(relay, "fail") > 0.0 || num(relay, "unrun") > 0.0 {
-                broken.push(format!(
-                "{dir}: through the relay, {} of 30 probes failed and {} were not run within the probe phase",
-                num(relay, "fail"),
-                num(relay, "unrun")
-            ));
+                !out.lines().any(|l| l.starts_with("slow_link: skipped")),
+                "the harness skipped although this machine can run it:\n{out}"
+            );
+            let (hard, timing) = judge(&out, &err);
+            assert!(
+                hard.is_empty(),
+                "on a 10 Mbit/s link:\n  {}\n\n{out}",
+                hard.join("\n  ")
+            );
+            if timing.is_empty() {
+                return;
             }
-            if num(relay, "bulk_ok") != 1.0 {
-                broken.push(format!("{dir}: the bulk transfer through the relay failed"));
-            }
-            let (fp, rp) = (num(floor, "p99_ms"), num(relay, "p99_ms"));
-            if rp > fp + P99_SLACK_MS {
-                broken.push(format!(
-                "{dir}: /health p99 through the relay {rp} ms > the floor's {fp} ms + {P99_SLACK_MS} ms \
-                 (p50 {} ms vs {} ms)",
-                num(relay, "p50_ms"),
-                num(floor, "p50_ms")
-            ));
-            }
-            let (fb, rb) = (num(floor, "bulk_mbps"), num(relay, "bulk_mbps"));
-            if rb < BULK_RATIO * fb {
-                broken.push(format!(
-                "{dir}: the bulk through the relay {rb} Mbit/s < {BULK_RATIO} x the floor's {fb} Mbit/s"
-            ));
-            }
+            eprintln!(
+                "slow_link: run {attempt} of {ATTEMPTS} missed a bound:\n  {}",
+                timing.join("\n  ")
+            );
+            slower.push(format!("run {attempt}:\n  {}", timing.join("\n  ")));
         }
-        let fair = find("relay", "fair");
-        if num(fair, "ok") != 1.0 {
-            broken.push("fair: a bulk download through the relay failed or ended early".into());
-        }
-        if num(fair, "min_share") < MIN_SHARE {
-            broken.push(format!(
-            "fair: two downloads through the relay got {} and {} Mbit/s: the smaller share {} < {MIN_SHARE}",
-            num(fair, "a_mbps"),
-            num(fair, "b_mbps"),
-            num(fair, "min_share")
-        ));
-        }
-        assert!(
-            broken.is_empty(),
-            "on a 10 Mbit/s link:\n  {}\n\n{out}",
-            broken.join("\n  ")
+        panic!(
+            "on a 10 Mbit/s link, every run missed a bound:\n{}",
+            slower.join("\n")
         );
     }
 }
