@@ -215,6 +215,53 @@ async fn the_largest_limits_serve_without_a_panic() {
     );
 }
 
+/// Reads one answer of "ok" (the app's body) from a kept-alive connection.
+async fn answer(stream: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.ends_with(b"\r\n\r\nok") {
+        let n = tokio::time::timeout(HANG, stream.read(&mut buf))
+            .await
+            .expect("no answer")
+            .unwrap();
+        assert!(n > 0, "closed before the answer: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_head_on_a_kept_alive_connection_has_a_header_timeout_of_its_own() {
+    let (listener, addr) = listener().await;
+    let (app, _arrived) = App::new();
+    let config = ServerConfig::default().header_read_timeout(Duration::from_secs(2));
+    tokio::spawn(worker_relay_hyper::server::serve(listener, app, config));
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // Three requests 1.5 s apart: each within its own 2 s, the last well
+    // past the first one's deadline (the server keeps one timer per
+    // connection and moves it: it must move).
+    for i in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = answer(&mut stream).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "request {i}: {answer:?}"
+        );
+    }
+    // Then half a head, and silence: closed at the timeout, 2 s after the
+    // last answer (the paused clock moves only to deadlines).
+    let silent = tokio::time::Instant::now();
+    stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(HANG, stream.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "still open after {HANG:?}");
+    assert_eq!(silent.elapsed(), Duration::from_secs(2), "{rest:?}");
+}
+
 #[tokio::test]
 async fn an_endless_header_read_timeout_serves_without_a_panic() {
     let (listener, addr) = listener().await;

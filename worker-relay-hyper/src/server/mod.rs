@@ -53,6 +53,7 @@
 
 mod arrivals;
 mod config;
+mod conn_timer;
 mod h2_idle;
 mod peer;
 mod sniff;
@@ -67,6 +68,7 @@ pub use tls::{CertError, ServerTls};
 use crate::BoxError;
 use arrivals::{Arrivals, Counted, Pending};
 use config::saturate;
+use conn_timer::ConnectionTimer;
 use h2_idle::{Streams, Tracked};
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -377,7 +379,7 @@ async fn serve_connection<I, S, B>(
         Protocol::Http1 => {
             let service = TowerToHyperService::new(service);
             let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
+                .timer(ConnectionTimer::default())
                 .header_read_timeout(header_read_timeout)
                 .keep_alive(!one_request)
                 .serve_connection(io, service)
