@@ -168,15 +168,17 @@ impl Drop for Access {
             self.end = "caller_gone";
         }
         let took: Duration = self.start.elapsed();
-        let status = if self.failed {
-            "aborted".to_owned()
-        } else {
-            self.status.to_string()
+        // Without an allocation: a line per request.
+        let code = http::StatusCode::from_u16(self.status).ok();
+        let status = match code.as_ref() {
+            Some(code) if !self.failed => code.as_str(),
+            _ if !self.failed => "-",
+            _ => "aborted",
         };
         let up = self.up.get();
         record!({
             let m = self.meters();
-            m.request(&status);
+            m.request(status);
             m.duration.record(took.as_secs_f64());
             if up > 0 {
                 m.up.increment(up);
@@ -189,7 +191,6 @@ impl Drop for Access {
                 m.stream_end(self.end);
             }
         });
-        let peer = self.peer.map_or_else(|| "-".to_owned(), |p| p.to_string());
         tracing::info!(
             target: ACCESS_TARGET,
             worker = %self.worker,
@@ -201,8 +202,20 @@ impl Drop for Access {
             // To the microsecond: at most 3 decimals, never a float's noise.
             duration_ms = took.as_micros() as f64 / 1000.0,
             end = %self.end,
-            peer = %peer,
+            peer = %Peer(self.peer),
             "access"
         );
+    }
+}
+
+/// A caller's address in the access line, `-` if unknown.
+struct Peer(Option<SocketAddr>);
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(p) => p.fmt(f),
+            None => f.write_str("-"),
+        }
     }
 }
