@@ -57,6 +57,16 @@ use worker_relay::frame::{CloseCode, Message};
 use worker_relay::proto::WorkerConfig;
 use worker_relay::rt::{self, DriverError, ResponseSink};
 
+/// How many answers ready at once go out in one write, at most, when the
+/// driver has read many requests at a time. One write for all of them
+/// (say the 14 a relay sends together under load) holds the first answer
+/// until the last is made, and the relay sits idle meanwhile; one write
+/// each costs a system call each. In between, the relay turns the first
+/// answers into HTTP responses while this side makes the next: about a
+/// fifth more small requests per second through relay + worker on two
+/// cores than one write for all (BENCHMARKS.md, issue 42).
+const ANSWERS_PER_WRITE: usize = 4;
+
 /// Serves one connection with `service` until it ends, each request on its
 /// own task once it waits (tasks still running when the connection ends
 /// are cancelled). A request's first poll runs in the connection's task,
@@ -133,6 +143,7 @@ where
             result = &mut driver => return (result, draining.is_some()),
             req = poll_fn(|cx| std::pin::Pin::new(&mut incoming).poll_next(cx)), if accepting => {
                 let mut next = req;
+                let mut served = 0usize;
                 loop {
                     match next {
                         Some(req) if draining.is_some() => {
@@ -156,8 +167,14 @@ where
                         }
                     }
                     // The requests the driver has already read are served
-                    // before it runs again: their answers leave in one
-                    // write, not one each.
+                    // before it reads again, their answers written
+                    // [`ANSWERS_PER_WRITE`] at a time.
+                    served += 1;
+                    if served % ANSWERS_PER_WRITE == 0 {
+                        if let Poll::Ready(result) = poll_fn(|cx| Poll::Ready(driver.as_mut().poll(cx))).await {
+                            return (result, draining.is_some());
+                        }
+                    }
                     match poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut incoming).poll_next(cx))).await {
                         Poll::Ready(r) => next = r,
                         Poll::Pending => break,
