@@ -9,6 +9,10 @@
 #     kept-alive upstream connections: the proxy users would put there
 #     instead (issue 42's baseline; nginx-light installed if missing);
 #   - directly by the same app (`worker --listen`, the crate's hyper server).
+# And, like for like on the access log (the relay logs each request by
+# default, the nginx above logs none): the relay with its access log off
+# (`RUST_LOG=info,worker_relay::access=off`, a second relay + worker), and
+# nginx logging each request (its default `access_log`, to a file).
 #
 #   bash benches/e2e_wrk.sh
 #   WRK_SECONDS=10 WRK_CONNECTIONS=32 bash benches/e2e_wrk.sh
@@ -64,15 +68,24 @@ wait_port "$relay_port"
 STRATA_WORKER_CONNECT_TOKEN="$connect_token" STRATA_WORKER_TOKEN="$worker_token" \
     "$bin/worker" --connect "ws://127.0.0.1:$relay_port/connect" "${worker_threads[@]}" 2> "$dir/worker.log" &
 worker_pid=$!; pids+=($!)
+quiet_port="$(port)"
+RUST_LOG="info,worker_relay::access=off" "$bin/relay" --listen "127.0.0.1:$quiet_port" --tokens "$dir/tokens.txt" ${RELAY_ARGS:-} "${relay_threads[@]}" 2> "$dir/quiet-relay.log" &
+quiet_relay_pid=$!; pids+=($!)
+wait_port "$quiet_port"
+STRATA_WORKER_CONNECT_TOKEN="$connect_token" STRATA_WORKER_TOKEN="$worker_token" \
+    "$bin/worker" --connect "ws://127.0.0.1:$quiet_port/connect" "${worker_threads[@]}" 2> "$dir/quiet-worker.log" &
+quiet_worker_pid=$!; pids+=($!)
 STRATA_WORKER_TOKEN="$worker_token" "$bin/worker" --listen "127.0.0.1:$direct_port" "${threads[@]}" 2> "$dir/direct.log" &
 direct_pid=$!; pids+=($!)
 wait_port "$direct_port"
 for _ in $(seq 200); do grep -q "worker abc connected" "$dir/relay.log" && break; sleep 0.05; done
 grep -q "worker abc connected" "$dir/relay.log" || { cat "$dir"/*.log >&2; exit 1; }
+for _ in $(seq 200); do grep -q "worker abc connected" "$dir/quiet-relay.log" && break; sleep 0.05; done
+grep -q "worker abc connected" "$dir/quiet-relay.log" || { cat "$dir"/*.log >&2; exit 1; }
 
 # nginx: one worker process, HTTP/1.1 with kept-alive connections to the
 # app (as a proxy in front of an app is set up), no access log.
-nginx_port="$(port)"
+nginx_port="$(port)" logging_port="$(port)"
 cat > "$dir/nginx.conf" <<NGINX
 daemon off;
 worker_processes 1;
@@ -92,6 +105,15 @@ http {
     }
     server {
         listen 127.0.0.1:$nginx_port;
+        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+    server {
+        listen 127.0.0.1:$logging_port;
+        access_log $dir/access.log;
         location / {
             proxy_pass http://app;
             proxy_http_version 1.1;
@@ -136,6 +158,8 @@ echo "|---|---|---|---|---|---|"
 for round in 1 2; do
     run relay "http://127.0.0.1:$relay_port/w/abc/health" "$relay_pid" "$worker_pid"
     run nginx "http://127.0.0.1:$nginx_port/health" "$nginx_worker" "$direct_pid"
+    run relay-quiet "http://127.0.0.1:$quiet_port/w/abc/health" "$quiet_relay_pid" "$quiet_worker_pid"
+    run nginx-logging "http://127.0.0.1:$logging_port/health" "$nginx_worker" "$direct_pid"
     run direct "http://127.0.0.1:$direct_port/health" "$direct_pid"
 done
 relay_rate="$(awk "BEGIN { print ${rate[relay]} }")" direct_rate="$(awk "BEGIN { print ${rate[direct]} }")"
@@ -148,4 +172,9 @@ awk -v r="$relay_rate" -v d="$direct_rate" -v rp="$relay_p50" -v dp="$direct_p50
 awk -v r="$relay_rate" -v n="$nginx_rate" -v d="$direct_rate" 'BEGIN {
     printf "nginx proxy_pass vs direct: %.2fx; relay + worker vs nginx proxy_pass: %.2fx (issue 42: goal >= 1.0x, stretch 1.2x)\n",
         n / d, r / n
+}'
+quiet_rate="$(awk "BEGIN { print ${rate[relay-quiet]} }")" logging_rate="$(awk "BEGIN { print ${rate[nginx-logging]} }")"
+awk -v r="$relay_rate" -v q="$quiet_rate" -v n="$nginx_rate" -v l="$logging_rate" 'BEGIN {
+    printf "like for like: neither logging each request %.2fx (relay-quiet / nginx), both logging each request %.2fx (relay / nginx-logging)\n",
+        q / n, r / l
 }'
