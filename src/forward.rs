@@ -33,9 +33,13 @@
 //! ```
 
 use crate::connect::{UrlError, UrlMap, WorkerId};
-use crate::frame::{string_to_latin1, FrameError, HeaderError, Headers, RequestHead, ResponseHead};
+use crate::frame::{
+    is_hop_by_hop_name, string_to_latin1, FrameError, HeaderError, Headers, RequestHead,
+    ResponseHead,
+};
 use ::http::header::{HeaderMap, HeaderName, HeaderValue};
 use ::http::{request, response, Method, StatusCode, Uri};
+use bytes::Bytes;
 
 /// Why a conversion to or from an `http` type failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,22 +83,66 @@ pub enum HttpError {
 /// `HeaderMap` groups the values of a name together (in the order they were
 /// appended) and lowercases names, so that is the order and spelling here.
 pub fn headers_from_map(map: &HeaderMap) -> Result<Headers, HeaderError> {
-    Headers::try_from_raw(
+    headers_from_map_keeping(map, |_| true)
+}
+
+/// The headers of `map` that `keep` keeps, as [`Headers`]: sized once.
+fn headers_from_map_keeping(
+    map: &HeaderMap,
+    keep: impl Fn(&HeaderName) -> bool,
+) -> Result<Headers, HeaderError> {
+    let (mut pairs, mut bytes) = (0, 0);
+    for (n, v) in map.iter().filter(|(n, _)| keep(n)) {
+        pairs += 1;
+        bytes += n.as_str().len() + v.len();
+    }
+    // Room for the text when it is ASCII (Latin-1 above 0x7f takes two
+    // bytes in UTF-8: the string then grows).
+    let mut headers = Headers::with_capacity(pairs, bytes);
+    headers.extend_raw(
         map.iter()
+            .filter(|(n, _)| keep(n))
             .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-    )
+    )?;
+    Ok(headers)
 }
 
 /// [`Headers`] as a `HeaderMap`, values encoded back to Latin-1; repeats are
 /// appended in order.
 pub fn header_map_from_headers(headers: &Headers) -> Result<HeaderMap, HttpError> {
+    header_map_keeping(headers, |_| true)
+}
+
+/// The headers `keep` keeps as a `HeaderMap`. With three ASCII values or
+/// more, they are slices of one copy of the list's text (two allocations
+/// for all of them: the copy, and its count of owners at the first slice);
+/// with fewer, each is a copy of its own.
+fn header_map_keeping(
+    headers: &Headers,
+    keep: impl Fn(&str) -> bool,
+) -> Result<HeaderMap, HttpError> {
     let mut map = HeaderMap::with_capacity(headers.len());
-    for (index, (name, value)) in headers.iter().enumerate() {
+    let ascii = headers
+        .iter()
+        .filter(|(n, v)| v.is_ascii() && keep(n))
+        .count();
+    let mut text: Option<Bytes> = None;
+    for (index, (name, value, span)) in headers.iter_spans().enumerate() {
+        if !keep(name) {
+            continue;
+        }
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| HttpError::InvalidHeaderName { index })?;
-        let bytes = string_to_latin1(value).ok_or(HttpError::InvalidHeaderValue { index })?;
-        let value =
-            HeaderValue::from_bytes(&bytes).map_err(|_| HttpError::InvalidHeaderValue { index })?;
+        let bytes = if value.is_ascii() && ascii >= 3 {
+            text.get_or_insert_with(|| Bytes::copy_from_slice(headers.text().as_bytes()))
+                .slice(span)
+        } else if value.is_ascii() {
+            Bytes::copy_from_slice(value.as_bytes())
+        } else {
+            Bytes::from(string_to_latin1(value).ok_or(HttpError::InvalidHeaderValue { index })?)
+        };
+        let value = HeaderValue::from_maybe_shared(bytes)
+            .map_err(|_| HttpError::InvalidHeaderValue { index })?;
         map.append(name, value);
     }
     Ok(map)
@@ -114,8 +162,13 @@ pub fn request_head_from_parts(
         .filter(|t| t.starts_with('/'))
         .ok_or(HttpError::NoPath)?;
     let route = map.map(target)?;
-    let headers = headers_from_map(&parts.headers)?;
-    let head = route.request_head(parts.method.as_str(), &headers)?;
+    let headers = if parts.headers.contains_key(::http::header::CONNECTION) {
+        // It may name more hop-by-hop headers: as `Headers` judges them.
+        headers_from_map(&parts.headers)?
+    } else {
+        headers_from_map_keeping(&parts.headers, |n| !is_hop_by_hop_name(n.as_str()))?
+    };
+    let head = route.into_request_head(parts.method.as_str(), headers)?;
     Ok((route.worker, head))
 }
 
@@ -124,7 +177,16 @@ pub fn request_head_from_parts(
 /// to its caller itself).
 pub fn response_builder(head: &ResponseHead) -> Result<response::Builder, HttpError> {
     let status = StatusCode::from_u16(head.status()).map_err(|_| FrameError::InvalidStatus)?;
-    let headers = header_map_from_headers(&head.headers().without_hop_by_hop())?;
+    let list = head.headers();
+    // `Connection` names more hop-by-hop headers only when it is there.
+    let listed = list.get("connection").is_some();
+    let headers = header_map_keeping(list, |n| {
+        !if listed {
+            list.is_hop_by_hop(n)
+        } else {
+            is_hop_by_hop_name(n)
+        }
+    })?;
     let mut builder = response::Builder::new().status(status);
     if let Some(h) = builder.headers_mut() {
         *h = headers;
@@ -277,6 +339,84 @@ mod tests {
             .map(|v| v.as_bytes())
             .collect();
         assert_eq!(values, [b"1", b"2"]);
+    }
+
+    /// Without `Connection`, hop-by-hop headers are dropped as the map is
+    /// read (no second copy), in order otherwise.
+    #[test]
+    fn request_parts_without_connection_drop_hop_by_hop_headers() {
+        let p = parts(
+            "GET",
+            "/w/abc/x",
+            &[
+                ("te", b"trailers"),
+                ("x-a", b"1"),
+                ("upgrade", b"websocket"),
+                ("proxy-authorization", b"p"),
+                ("x-latin", b"caf\xe9"),
+                ("keep-alive", b"timeout=5"),
+            ],
+        );
+        let (_, head) = request_head_from_parts(&p, &UrlMap::default()).unwrap();
+        let pairs: Vec<(&str, &str)> = head.headers().iter().collect();
+        assert_eq!(pairs, [("x-a", "1"), ("x-latin", "caf\u{e9}")]);
+    }
+
+    /// A response head with values enough to share one copy of the text,
+    /// Latin-1 ones beside them, and a header its `Connection` names.
+    #[test]
+    fn response_values_shared_or_copied_come_out_the_same() {
+        let head = ResponseHead::new(
+            200,
+            Headers::try_from_pairs([
+                ("Content-Type", "text/plain"),
+                ("Connection", "x-hop"),
+                ("X-Hop", "dropped"),
+                ("X-Latin", "\u{e9}t\u{e9}"),
+                ("X-A", "1"),
+                ("x-a", "2"),
+                ("Date", "Sun, 06 Dec 2026 15:00:00 GMT"),
+            ])
+            .unwrap(),
+        )
+        .unwrap();
+        let resp = response_builder(&head).unwrap().body(()).unwrap();
+        let got: Vec<(&str, &[u8])> = resp
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_bytes()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("content-type", &b"text/plain"[..]),
+                ("x-latin", b"\xe9t\xe9"),
+                ("x-a", b"1"),
+                ("x-a", b"2"),
+                ("date", b"Sun, 06 Dec 2026 15:00:00 GMT"),
+            ]
+        );
+        // Two values: each a copy of its own.
+        let two = Headers::try_from_pairs([("a", "1"), ("b", "\u{ff}"), ("c", "3")]).unwrap();
+        let map = header_map_from_headers(&two).unwrap();
+        assert_eq!(map["a"], "1");
+        assert_eq!(map["b"].as_bytes(), b"\xff");
+        assert_eq!(map["c"], "3");
+    }
+
+    /// A method RFC 9110 defines is kept as a static string; another one as
+    /// it came. The head is the same however it was made.
+    #[test]
+    fn methods_known_or_not() {
+        for method in ["GET", "PATCH", "PROPFIND", "get"] {
+            let a = RequestHead::new(method, "/p", "q=1", Headers::new()).unwrap();
+            let route = UrlMap::default().map("/w/abc/p?q=1").unwrap();
+            let b = route.into_request_head(method, Headers::new()).unwrap();
+            assert_eq!(a, b);
+            assert_eq!(a.method(), method);
+            assert_eq!(a.target(), "/p?q=1");
+        }
+        assert!(RequestHead::new("BAD METHOD", "/", "", Headers::new()).is_err());
     }
 
     #[test]

@@ -182,6 +182,17 @@ impl Route<'_> {
     pub fn request_head(&self, method: &str, headers: &Headers) -> Result<RequestHead, FrameError> {
         RequestHead::new(method, self.path, self.query, headers.without_hop_by_hop())
     }
+
+    /// [`Route::request_head`] taking the headers by value: no copy of them
+    /// (hop-by-hop ones are dropped in place).
+    pub fn into_request_head(
+        &self,
+        method: &str,
+        mut headers: Headers,
+    ) -> Result<RequestHead, FrameError> {
+        headers.strip_hop_by_hop();
+        RequestHead::from_strs(method, self.path, self.query, headers)
+    }
 }
 
 /// Maps request targets under a per-worker prefix (default `/w/`) to workers.

@@ -9,7 +9,8 @@ use std::borrow::Cow;
 /// The head of an HTTP request as the relay forwards it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestHead {
-    method: String,
+    /// A method of RFC 9110 as a static string: no allocation.
+    method: Cow<'static, str>,
     path: String,
     query: String,
     headers: Headers,
@@ -30,6 +31,30 @@ impl RequestHead {
         headers: Headers,
     ) -> Result<RequestHead, FrameError> {
         let (method, path, query) = (method.into(), path.into(), query.into());
+        RequestHead::checked(method_text(method), path, query, headers)
+    }
+
+    /// [`RequestHead::new`] from borrowed text: a copy of `path` and of a
+    /// non-empty `query`, none of a method RFC 9110 defines.
+    pub(crate) fn from_strs(
+        method: &str,
+        path: &str,
+        query: &str,
+        headers: Headers,
+    ) -> Result<RequestHead, FrameError> {
+        let method = match known_method(method) {
+            Some(m) => Cow::Borrowed(m),
+            None => Cow::Owned(method.to_owned()),
+        };
+        RequestHead::checked(method, path.to_owned(), query.to_owned(), headers)
+    }
+
+    fn checked(
+        method: Cow<'static, str>,
+        path: String,
+        query: String,
+        headers: Headers,
+    ) -> Result<RequestHead, FrameError> {
         if !is_token(&method) {
             return Err(FrameError::InvalidMethod);
         }
@@ -74,6 +99,23 @@ impl RequestHead {
         } else {
             format!("{}?{}", self.path, self.query)
         }
+    }
+}
+
+/// The methods RFC 9110 defines, and PATCH (RFC 5789).
+const KNOWN_METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE",
+];
+
+fn known_method(method: &str) -> Option<&'static str> {
+    KNOWN_METHODS.iter().copied().find(|m| *m == method)
+}
+
+/// `method`, as a static string if it is a known one.
+fn method_text(method: String) -> Cow<'static, str> {
+    match known_method(&method) {
+        Some(m) => Cow::Borrowed(m),
+        None => Cow::Owned(method),
     }
 }
 
@@ -383,7 +425,7 @@ pub(crate) fn decode_control_with(
                 let path = req_str(raw.path, "path")?;
                 let query = opt_str(raw.query, "query")?;
                 let headers = parse_headers(raw.headers)?;
-                let head = RequestHead::new(method, path, query, headers)?;
+                let head = RequestHead::from_strs(&method, &path, &query, headers)?;
                 if let Some(l) = limits {
                     l.check_request(&head)?;
                 }

@@ -175,6 +175,16 @@ impl Headers {
         I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
     {
         let mut h = Headers::new();
+        h.extend_raw(pairs)?;
+        Ok(h)
+    }
+
+    /// Appends raw pairs as [`Headers::try_from_raw`] reads them (`index`
+    /// in an error counts from the first pair appended).
+    pub(crate) fn extend_raw<'a, I>(&mut self, pairs: I) -> Result<(), HeaderError>
+    where
+        I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    {
         for (i, (n, v)) in pairs.into_iter().enumerate() {
             let name = std::str::from_utf8(n).map_err(|_| HeaderError::InvalidName { index: i })?;
             if !is_token(name) {
@@ -183,12 +193,16 @@ impl Headers {
             if v.iter().any(|&b| matches!(b, b'\r' | b'\n' | 0)) {
                 return Err(HeaderError::ForbiddenChar { index: i });
             }
-            h.text.push_str(name);
-            let name_end = h.text.len();
-            h.text.extend(v.iter().map(|&b| char::from(b)));
-            h.ends.push((name_end, h.text.len()));
+            self.text.push_str(name);
+            let name_end = self.text.len();
+            match std::str::from_utf8(v) {
+                // ASCII is the same text in Latin-1 and UTF-8.
+                Ok(ascii) if v.is_ascii() => self.text.push_str(ascii),
+                _ => self.text.extend(v.iter().map(|&b| char::from(b))),
+            }
+            self.ends.push((name_end, self.text.len()));
         }
-        Ok(h)
+        Ok(())
     }
 
     /// Appends one pair after validating it.
@@ -224,6 +238,23 @@ impl Headers {
             start = value_end;
             pair
         })
+    }
+
+    /// The pairs in order, each with where its value is in [`Headers::text`].
+    #[cfg(feature = "http")]
+    pub(crate) fn iter_spans(&self) -> impl Iterator<Item = (&str, &str, std::ops::Range<usize>)> {
+        let mut start = 0;
+        self.ends.iter().map(move |&(name_end, value_end)| {
+            let name = &self.text[start..name_end];
+            start = value_end;
+            (name, &self.text[name_end..value_end], name_end..value_end)
+        })
+    }
+
+    /// Every name and value, back to back.
+    #[cfg(feature = "http")]
+    pub(crate) fn text(&self) -> &str {
+        &self.text
     }
 
     /// The pairs in order as raw bytes (values encoded back to Latin-1).
@@ -300,22 +331,38 @@ impl Headers {
                 .any(|t| t.trim().eq_ignore_ascii_case(name))
     }
 
+    /// Whether the list holds a hop-by-hop header (see
+    /// [`Headers::is_hop_by_hop`]): whether [`Headers::without_hop_by_hop`]
+    /// would drop one. Without an allocation.
+    pub fn has_hop_by_hop(&self) -> bool {
+        // A header `Connection` lists is hop-by-hop only when `Connection`
+        // is there, and `Connection` is one by itself.
+        self.iter().any(|(n, _)| is_hop_by_hop_name(n))
+    }
+
     /// This list minus hop-by-hop headers (see [`Headers::is_hop_by_hop`]).
     pub fn without_hop_by_hop(&self) -> Headers {
+        if !self.has_hop_by_hop() {
+            return self.clone();
+        }
         // `Connection` names more hop-by-hop headers only when it is there:
         // without it each name is judged by itself.
         let listed = self.get("connection").is_some();
-        let hop = |n: &str| {
-            if listed {
+        self.filtered(|n| {
+            !if listed {
                 self.is_hop_by_hop(n)
             } else {
                 is_hop_by_hop_name(n)
             }
-        };
-        if !self.iter().any(|(n, _)| hop(n)) {
-            return self.clone();
+        })
+    }
+
+    /// Drops the hop-by-hop headers in place ([`Headers::without_hop_by_hop`]
+    /// without a copy when there is none).
+    pub fn strip_hop_by_hop(&mut self) {
+        if self.has_hop_by_hop() {
+            *self = self.without_hop_by_hop();
         }
-        self.filtered(|n| !hop(n))
     }
 
     /// The pairs, consuming the list.
@@ -478,6 +525,24 @@ mod tests {
             let h = Headers::try_from_raw([(&b"x-raw"[..], &value[..])]).unwrap();
             let back: Vec<(Vec<u8>, Vec<u8>)> = h.iter_raw().map(|(n, v)| (n.to_vec(), v)).collect();
             prop_assert_eq!(back, vec![(b"x-raw".to_vec(), value)]);
+        }
+
+        /// `strip_hop_by_hop` (in place, no copy when there is nothing to
+        /// drop) drops exactly what `without_hop_by_hop` does, and
+        /// `has_hop_by_hop` says whether there is any.
+        #[test]
+        fn stripping_in_place_drops_what_the_copy_drops(
+            pairs in vec((prop::sample::select(vec![
+                "connection", "Connection", "keep-alive", "te", "x-a", "X-A", "proxy-x",
+                "content-length", "upgrade", "host", "x-b",
+            ]), prop::sample::select(vec!["", "x-a", "close, X-B", "keep-alive", " x-a , te", "1"])), 0..8),
+        ) {
+            let h = Headers::try_from_pairs(pairs).unwrap();
+            let copy = h.without_hop_by_hop();
+            prop_assert_eq!(h.has_hop_by_hop(), copy != h);
+            let mut stripped = h.clone();
+            stripped.strip_hop_by_hop();
+            prop_assert_eq!(stripped, copy);
         }
 
         #[test]

@@ -336,8 +336,7 @@ impl Connection<Relay> {
         if self.config.refuses_method(head.method()) {
             return Err(OpenError::MethodNotAllowed);
         }
-        let filtered = head.headers().without_hop_by_hop();
-        *head.headers_mut() = filtered;
+        head.headers_mut().strip_hop_by_hop();
         self.config.common.head_limits.check_request(&head)?;
         let content_length = head
             .headers()
