@@ -5,6 +5,7 @@
 use crate::observe::ByteCount;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+use worker_relay::connect::WorkerId;
 
 /// The `tracing` target of the access log: one event per request that
 /// reached [`Forward`](super::Forward), at `info`, when its response is
@@ -24,9 +25,11 @@ const MAX_LOGGED_PATH: usize = 1024;
 pub(super) struct Access {
     /// The worker's id if it is a known one, else `unknown` (the label is
     /// bounded by the token table).
-    worker: String,
+    worker: Option<WorkerId>,
     method: http::Method,
-    path: String,
+    /// The request's URI (a share of hyper's buffer: no copy); the line
+    /// takes its path.
+    uri: http::Uri,
     peer: Option<SocketAddr>,
     start: Instant,
     status: u16,
@@ -54,18 +57,10 @@ pub(super) struct Access {
 impl Access {
     pub fn new(parts: &http::request::Parts, inner: &std::sync::Arc<super::Inner>) -> Access {
         let _ = inner;
-        let mut path = parts.uri.path();
-        if path.len() > MAX_LOGGED_PATH {
-            let mut cut = MAX_LOGGED_PATH;
-            while !path.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            path = &path[..cut];
-        }
         Access {
-            worker: "unknown".into(),
+            worker: None,
             method: parts.method.clone(),
-            path: path.to_owned(),
+            uri: parts.uri.clone(),
             peer: parts.extensions.get::<crate::PeerAddr>().map(|p| p.0),
             start: Instant::now(),
             status: 0,
@@ -81,13 +76,32 @@ impl Access {
         }
     }
 
-    /// The request is for this known worker.
-    pub fn worker(&mut self, worker: &str) {
-        self.worker = worker.to_owned();
+    /// The request is for this known worker (its metrics from now on).
+    pub fn worker(&mut self, worker: &WorkerId) {
+        let _ = worker;
         #[cfg(feature = "metrics")]
         {
-            self.meters.1 = Some(self.meters.0.meters.worker(worker));
+            self.meters.1 = Some(self.meters.0.meters.worker(worker.as_str()));
         }
+    }
+
+    /// The known worker's id, for the line.
+    pub fn set_worker(&mut self, worker: WorkerId) {
+        self.worker = Some(worker);
+    }
+
+    /// The path the line carries: without the query, cut to
+    /// [`MAX_LOGGED_PATH`] bytes.
+    fn path(&self) -> &str {
+        let path = self.uri.path();
+        if path.len() <= MAX_LOGGED_PATH {
+            return path;
+        }
+        let mut cut = MAX_LOGGED_PATH;
+        while !path.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        &path[..cut]
     }
 
     /// This request's worker's metric handles.
@@ -193,9 +207,9 @@ impl Drop for Access {
         });
         tracing::info!(
             target: ACCESS_TARGET,
-            worker = %self.worker,
+            worker = %self.worker.as_ref().map_or("unknown", WorkerId::as_str),
             method = %self.method,
-            path = %self.path,
+            path = %self.path(),
             status = %status,
             bytes_up = up,
             bytes_down = self.down,

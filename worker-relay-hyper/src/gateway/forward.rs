@@ -14,6 +14,7 @@ use std::time::Duration;
 use worker_relay::connect::UrlError;
 use worker_relay::connect::WorkerId;
 use worker_relay::forward::{request_head_from_parts, response_builder, HttpError};
+use worker_relay::frame::RequestHead;
 use worker_relay::proto::OpenError;
 use worker_relay::rt::{RelayError, RequestSink, ResponseFuture};
 
@@ -82,7 +83,46 @@ where
     if !inner.knows(worker.as_str()) {
         return answer(StatusCode::NOT_FOUND, "unknown worker");
     }
-    access.worker(worker.as_str());
+    access.worker(&worker);
+    let mut named = Named {
+        access,
+        worker: Some(worker),
+    };
+    let Named { access, worker } = &mut named;
+    let worker = worker.as_ref().expect("named above");
+    to_worker(inner, worker, head, &parts, body, access).await
+}
+
+/// The worker's id, given to the request's access line when this goes:
+/// when the forward ends, or when it is dropped (the caller left). Moved,
+/// not copied, once per request.
+struct Named<'a> {
+    access: &'a mut Access,
+    worker: Option<WorkerId>,
+}
+
+impl Drop for Named<'_> {
+    fn drop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            self.access.set_worker(worker);
+        }
+    }
+}
+
+/// [`forward_parts`] for a request to a known worker, as `head`.
+async fn to_worker<B>(
+    inner: &Arc<Inner>,
+    worker: &WorkerId,
+    head: RequestHead,
+    parts: &http::request::Parts,
+    body: &mut Option<B>,
+    access: &mut Access,
+) -> Response<GatewayBody>
+where
+    B: Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
     // A request without a body can be sent again, on the worker's next
     // connection, if its connection goes before its head went out (the
     // worker never saw it); one with a body cannot: its pieces are gone.
@@ -91,16 +131,21 @@ where
     let mut tries = 0;
     let (upload, resp) = loop {
         tries += 1;
-        let again = tries < MAX_TRIES;
-        let Some(handle) = connected(inner, &worker).await else {
+        let again = body_less && tries < MAX_TRIES;
+        let Some(handle) = connected(inner, worker).await else {
             return retry_soon(answer(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "worker not connected",
             ));
         };
-        let this = match (&head, body_less && again) {
-            (Some(h), true) => h.clone(),
-            _ => head.take().expect("sent again only while kept"),
+        // Sent again: made again from the request (as it was the first
+        // time), rather than a copy kept for every request.
+        let this = match head.take() {
+            Some(h) => h,
+            None => match request_head_from_parts(parts, &inner.urls) {
+                Ok((_, h)) => h,
+                Err(e) => return answer(StatusCode::BAD_REQUEST, &format!("bad request: {e}")),
+            },
         };
         let (sink, response) = match handle.send_request(this) {
             Ok(x) => {
@@ -108,15 +153,15 @@ where
                 x
             }
             // Closed between the look-up and now: its next connection.
-            Err(RelayError::Open(OpenError::ConnectionClosed)) if head.is_some() => continue,
+            Err(RelayError::Open(OpenError::ConnectionClosed)) if again => continue,
             Err(e) => return refusal(&e),
         };
-        let exchanged = exchange(inner, &worker, body.take(), sink, response, access).await;
+        let exchanged = exchange(inner, worker, body.take(), sink, response, access).await;
         let (upload, resp) = match exchanged {
             Ok(x) => x,
             Err(now) => return now,
         };
-        if let (Err(RelayError::Unsent), Some(_)) = (&resp, &head) {
+        if let (Err(RelayError::Unsent), true) = (&resp, again) {
             tracing::debug!("worker {worker}: the connection went before the request was sent; sending it again");
             continue;
         }

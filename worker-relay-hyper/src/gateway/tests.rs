@@ -277,3 +277,71 @@ async fn a_connected_worker_is_not_forgotten() {
     tokio::time::advance(Duration::from_secs(2)).await;
     assert!(!gateway.inner.knows("h1"));
 }
+
+/// What a `tracing` subscriber wrote.
+#[derive(Clone, Default)]
+struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The access line names the worker (moved into it, not copied, since
+/// issue 42's third part) however the request ends: answered, and when
+/// the caller leaves before the worker's head (499, `caller_gone`).
+#[tokio::test]
+async fn the_access_line_names_the_worker_when_the_caller_leaves() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let _log = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
+    let gateway = Gateway::builder(TokenTable::parse("a ct-a-000000000000000").unwrap()).build();
+    let (mut worker, _task) = connect(&gateway, "a").await;
+    // The caller's request reaches the worker, which never answers; then
+    // the caller leaves.
+    let mut call = Box::pin(gateway.forward().call(get("a")));
+    let request = loop {
+        tokio::select! {
+            biased;
+            m = worker.rx.next() => break m.expect("the request frame"),
+            _ = &mut call => panic!("answered without the worker"),
+        }
+    };
+    assert!(
+        matches!(&request, Message::Text(t) if t.contains("\"request\"")),
+        "{request:?}"
+    );
+    drop(call);
+    // An unknown worker's line says so.
+    let resp = gateway.forward().call(get("zz")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    drop(resp);
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let access: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(super::ACCESS_TARGET))
+        .collect();
+    assert_eq!(access.len(), 2, "{text}");
+    for want in [
+        "worker=a ",
+        "status=499 ",
+        "end=caller_gone ",
+        "path=/w/a/ ",
+    ] {
+        assert!(access[0].contains(want), "{want} in {}", access[0]);
+    }
+    for want in ["worker=unknown ", "status=404 ", "end=answered "] {
+        assert!(access[1].contains(want), "{want} in {}", access[1]);
+    }
+}
