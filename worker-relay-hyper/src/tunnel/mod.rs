@@ -302,7 +302,9 @@ where
             return answer_500(responder);
         }
     };
-    let status = head.status().to_string();
+    // Its text when the body is over (no allocation: a status the head
+    // holds is a valid one).
+    let status = http::StatusCode::from_u16(head.status()).unwrap_or(parts.status);
     let Ok(sink) = responder.respond(head) else {
         observe::request("499");
         return;
@@ -313,7 +315,7 @@ where
         ok = stream_body(body, sink) => ok,
         () = gone => false, // the caller left mid-body: drop the app's body
     };
-    observe::request(if ok { &status } else { "aborted" });
+    observe::request(if ok { status.as_str() } else { "aborted" });
 }
 
 /// Answers 500 (`Responder::fail`), its body counted as sent.
@@ -336,7 +338,8 @@ where
     // Counted when this future ends or is dropped (the caller left).
     let _down = CountOnDrop(count.clone());
     // The app may compute its body: yield, so the driver writes beside it.
-    let mut pump = Pump::new(Counted::new(Box::pin(body), count), sink).yielding(pump::YIELD_AFTER);
+    let body = pin!(body);
+    let mut pump = Pump::new(Counted::new(body, count), sink).yielding(pump::YIELD_AFTER);
     match poll_fn(|cx| pump.poll(cx)).await {
         PumpEnd::Done => true,
         PumpEnd::Refused(e) => {
