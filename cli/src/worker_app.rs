@@ -14,6 +14,7 @@ use bytes::Bytes;
 use futures_util::{stream, StreamExt};
 use sha2::{Digest, Sha256};
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
@@ -110,7 +111,9 @@ where
     S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + Sync + 'static,
     S::Future: Send + 'static,
 {
-    middleware::from_fn_with_state(worker_token, authorize)
+    // Shared, not copied per request: one copy of the secret in memory
+    // rather than one freed per request (and no allocation per request).
+    middleware::from_fn_with_state(Arc::new(worker_token), authorize)
         .layer(service)
         .map_request(|req: http::Request<B>| req.map(Body::new))
         // A route that answers `Failed` makes the service fail: the worker
@@ -141,8 +144,12 @@ pub fn app() -> Router {
 
 /// Every route needs `Authorization: Bearer <worker token>` if the worker
 /// has one (401 otherwise, the body left unread); the header goes no further.
-async fn authorize(State(token): State<Option<Token>>, mut req: Request, next: Next) -> Response {
-    if let Some(token) = token {
+async fn authorize(
+    State(token): State<Arc<Option<Token>>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    if let Some(token) = token.as_ref() {
         let mut values = req.headers().get_all(header::AUTHORIZATION).iter();
         let ok = match (values.next(), values.next()) {
             (Some(v), None) => v
