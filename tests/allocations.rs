@@ -4,10 +4,12 @@
 //! thread (tests run side by side), with the core's `http` conversions
 //! and frame codec only (no dependency's internals beyond `http`).
 //!
-//! Before this part, `request_head_from_parts` made 13 allocations for the
-//! request below and `response_builder` 12 for the response below (the
-//! headers copied twice to drop hop-by-hop ones that were not there, a
-//! Latin-1 copy of each value, the String of each growth step).
+//! Before this part (`96bd28b`), with the same inputs: the caller's
+//! request to a head 11 allocations (now 4), the worker's head to a
+//! response 17 (now 5), a request frame read 4 (now 3), the head as the
+//! app's request 7 (now 5): the headers copied twice to drop hop-by-hop
+//! ones that were not there, a Latin-1 copy beside each value, the String
+//! of each growth step, the method.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
