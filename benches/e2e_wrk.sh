@@ -155,6 +155,14 @@ echo
 echo "GET /health, wrk -t1 -c$conns -d${seconds}s --latency; runtime threads: relay ${RELAY_THREADS:-${THREADS:-1 (default)}}, worker ${WORKER_THREADS:-${THREADS:-1 (default)}}, direct app ${THREADS:-one per core (default)}; CPU seconds during the run"
 echo "| path | requests/s | p50 | p99 | CPU s: relay / worker / wrk (nginx: nginx / app / wrk; direct: app / wrk) | errors |"
 echo "|---|---|---|---|---|---|"
+# A second of each before anything is measured: the first requests of a
+# fresh process (page faults, first connections, allocator growth) are not
+# what is compared.
+for url in "http://127.0.0.1:$relay_port/w/abc/health" "http://127.0.0.1:$nginx_port/health" \
+    "http://127.0.0.1:$quiet_port/w/abc/health" "http://127.0.0.1:$logging_port/health" \
+    "http://127.0.0.1:$direct_port/health"; do
+    wrk -t1 -c"$conns" -d1s -s benches/e2e_wrk.lua "$url" > /dev/null
+done
 for round in 1 2; do
     run relay "http://127.0.0.1:$relay_port/w/abc/health" "$relay_pid" "$worker_pid"
     run nginx "http://127.0.0.1:$nginx_port/health" "$nginx_worker" "$direct_pid"
