@@ -311,12 +311,10 @@ async fn the_access_line_names_the_worker_when_the_caller_leaves() {
     // The caller's request reaches the worker, which never answers; then
     // the caller leaves.
     let mut call = Box::pin(gateway.forward().call(get("a")));
-    let request = loop {
-        tokio::select! {
-            biased;
-            m = worker.rx.next() => break m.expect("the request frame"),
-            _ = &mut call => panic!("answered without the worker"),
-        }
+    let request = tokio::select! {
+        biased;
+        m = worker.rx.next() => m.expect("the request frame"),
+        _ = &mut call => panic!("answered without the worker"),
     };
     assert!(
         matches!(&request, Message::Text(t) if t.contains("\"request\"")),
