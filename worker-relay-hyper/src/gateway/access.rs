@@ -27,9 +27,10 @@ pub(super) struct Access {
     /// bounded by the token table).
     worker: Option<WorkerId>,
     method: http::Method,
-    /// The request's URI (a share of hyper's buffer: no copy); the line
-    /// takes its path.
-    uri: http::Uri,
+    /// The request's path, cut to [`MAX_LOGGED_PATH`] bytes. A copy: the
+    /// URI shares hyper's read buffer, which a long response would keep
+    /// alive (up to the largest head hyper reads, per request).
+    path: String,
     peer: Option<SocketAddr>,
     start: Instant,
     status: u16,
@@ -60,7 +61,7 @@ impl Access {
         Access {
             worker: None,
             method: parts.method.clone(),
-            uri: parts.uri.clone(),
+            path: logged_path(parts.uri.path()).to_owned(),
             peer: parts.extensions.get::<crate::PeerAddr>().map(|p| p.0),
             start: Instant::now(),
             status: 0,
@@ -88,20 +89,6 @@ impl Access {
     /// The known worker's id, for the line.
     pub fn set_worker(&mut self, worker: WorkerId) {
         self.worker = Some(worker);
-    }
-
-    /// The path the line carries: without the query, cut to
-    /// [`MAX_LOGGED_PATH`] bytes.
-    fn path(&self) -> &str {
-        let path = self.uri.path();
-        if path.len() <= MAX_LOGGED_PATH {
-            return path;
-        }
-        let mut cut = MAX_LOGGED_PATH;
-        while !path.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        &path[..cut]
     }
 
     /// This request's worker's metric handles.
@@ -209,7 +196,7 @@ impl Drop for Access {
             target: ACCESS_TARGET,
             worker = %self.worker.as_ref().map_or("unknown", WorkerId::as_str),
             method = %self.method,
-            path = %self.path(),
+            path = %self.path,
             status = %status,
             bytes_up = up,
             bytes_down = self.down,
@@ -220,6 +207,19 @@ impl Drop for Access {
             "access"
         );
     }
+}
+
+/// The path the line carries: without the query, cut to
+/// [`MAX_LOGGED_PATH`] bytes.
+fn logged_path(path: &str) -> &str {
+    if path.len() <= MAX_LOGGED_PATH {
+        return path;
+    }
+    let mut cut = MAX_LOGGED_PATH;
+    while !path.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &path[..cut]
 }
 
 /// A caller's address in the access line, `-` if unknown.
