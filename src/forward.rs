@@ -114,7 +114,7 @@ pub fn header_map_from_headers(headers: &Headers) -> Result<HeaderMap, HttpError
 }
 
 /// The headers `keep` keeps as a `HeaderMap`. With three ASCII values or
-/// more, they are slices of one copy of the list's text (two allocations
+/// more in the list, they are slices of one copy of the list's text (two allocations
 /// for all of them: the copy, and its count of owners at the first slice);
 /// with fewer, each is a copy of its own.
 fn header_map_keeping(
@@ -122,10 +122,9 @@ fn header_map_keeping(
     keep: impl Fn(&str) -> bool,
 ) -> Result<HeaderMap, HttpError> {
     let mut map = HeaderMap::with_capacity(headers.len());
-    let ascii = headers
-        .iter()
-        .filter(|(n, v)| v.is_ascii() && keep(n))
-        .count();
+    // Counted over the whole list: `keep` (a scan of `Connection` for each
+    // name when it is there) runs once per header, below.
+    let ascii = headers.iter().filter(|(_, v)| v.is_ascii()).count();
     let mut text: Option<Bytes> = None;
     for (index, (name, value, span)) in headers.iter_spans().enumerate() {
         if !keep(name) {
