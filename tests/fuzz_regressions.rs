@@ -138,3 +138,51 @@ fn send_body_after_letting_go_of_a_complete_response_is_swallowed() {
     let data = worker_relay::Bytes::from_static(b"late");
     assert_eq!(p.relay.send_body(key, data), Ok(4), "forgotten: swallowed");
 }
+
+/// relay_machine (2026-12-06, CI's 30-second run): a second
+/// `handle_timeout` at the same instant moved the pong deadline by a
+/// second. The first call gave up a stalled stream, which queued its
+/// `abort`; with output waiting for the socket the deadline runs from the
+/// last message the socket took, but only the next call applied that.
+/// "Extra calls are harmless": they change nothing.
+#[test]
+fn a_second_handle_timeout_at_the_same_instant_changes_nothing() {
+    use std::time::Duration;
+    use worker_relay::frame::{encode_chunk, Headers, ResponseHead};
+    use worker_relay::proto::{KeepaliveConfig, RelayConfig, RelayConnection};
+    let s = Duration::from_secs;
+    let config = RelayConfig::builder()
+        .keepalive(Some(KeepaliveConfig::new(s(20), s(20)).unwrap()))
+        .stall_timeout(s(15))
+        .build()
+        .unwrap();
+    let mut r = RelayConnection::new(config);
+    let t0 = Instant::now();
+    let drain = |r: &mut RelayConnection| while r.poll_transmit().is_some() {};
+    r.handle_timeout(t0);
+    r.handle_timeout(t0 + s(20));
+    drain(&mut r); // the ping: its pong is due at t0 + 40 s
+    r.handle_timeout(t0 + s(21));
+    let key = r.open_stream(get("/")).unwrap();
+    drain(&mut r); // the request, taken at t0 + 21 s
+    let wire = r.stream_id(key).unwrap();
+    let head = ResponseHead::new(200, Headers::default()).unwrap();
+    r.handle_message(
+        ControlFrame::Response { id: wire, head }.to_message(),
+        t0 + s(21),
+    )
+    .unwrap();
+    let chunk = Message::Binary(encode_chunk(wire, b"never read"));
+    r.handle_message(chunk, t0 + s(21)).unwrap();
+    while r.poll_event().is_some() {}
+    // The body is never read: given up at t0 + 36 s, its abort queued.
+    r.handle_timeout(t0 + s(36));
+    let next = r.poll_timeout();
+    assert_eq!(
+        next,
+        Some(t0 + s(41)),
+        "the pong deadline runs from the last message taken"
+    );
+    r.handle_timeout(t0 + s(36));
+    assert_eq!(r.poll_timeout(), next);
+}

@@ -194,16 +194,31 @@ impl Core {
         if paused {
             ka.extend_deadline(now);
         }
-        if self.out.has_queued() {
-            if let Some(at) = self.last_taken.and_then(|t| t.checked_add(cfg.timeout)) {
-                ka.defer_deadline(at);
-            }
-        }
+        self.defer_while_output_waits();
+        let Some(ka) = self.keepalive.as_mut() else {
+            return false;
+        };
         ka.handle_timeout(now);
         if let Some(ping) = ka.poll_ping() {
             self.out.push_urgent(ping);
         }
         ka.is_dead()
+    }
+
+    /// While output waits for the socket, the pong deadline runs from the
+    /// last message the socket took (see [`handle_timeout`](Self::handle_timeout)).
+    /// A side calls this again after what its own timers queued (the
+    /// relay's give-ups queue aborts), so that a second `handle_timeout` at
+    /// the same instant finds nothing left to change.
+    pub fn defer_while_output_waits(&mut self) {
+        let (Some(cfg), Some(ka)) = (self.keepalive_config, self.keepalive.as_mut()) else {
+            return;
+        };
+        if self.out.has_queued() {
+            if let Some(at) = self.last_taken.and_then(|t| t.checked_add(cfg.timeout)) {
+                ka.defer_deadline(at);
+            }
+        }
     }
 
     /// When the keepalive (or, once closed, the close deadline) wants

@@ -313,6 +313,8 @@ impl Connection<Relay> {
             }
         }
         self.track_pause();
+        // The give-ups queued aborts: output now waits for the socket.
+        self.core.defer_while_output_waits();
     }
 
     // ----- application commands -----
