@@ -788,3 +788,91 @@ mod overflow_props {
         Ok(())
     }
 }
+
+const ALONE: Duration = Duration::from_millis(50);
+
+/// An overflow that waits `WAIT`, and `ALONE` for a stream alone on its
+/// connection (issue 42: a tunnel's 256 MiB went through the overflow
+/// store while its caller read as fast as it could).
+fn with_alone_wait() -> Relay {
+    let mut ov = OverflowConfig::default();
+    ov.memory_per_stream = 1000;
+    ov.spill_after = WAIT;
+    ov.spill_after_alone = ALONE;
+    Relay::with(ov)
+}
+
+#[test]
+fn a_stream_alone_on_its_connection_waits_spill_after_alone() {
+    let mut t = with_alone_wait();
+    let (k, wid) = t.open();
+    t.chunk(wid, &pattern(700));
+    t.chunk(wid, &pattern(700));
+    assert!(!t.r.wants_read());
+    assert_eq!(t.r.poll_timeout(), Some(t.now + ALONE));
+    t.advance(WAIT * 2);
+    assert!(!t.r.wants_read(), "alone: still waiting past spill_after");
+    // Its caller catches up: nothing went to the overflow.
+    assert_eq!(t.read(k).0.len(), 1400);
+    assert!(t.r.wants_read());
+    // A caller that does not catch up spills at the longer deadline.
+    t.chunk(wid, &pattern(700));
+    t.chunk(wid, &pattern(700));
+    assert!(!t.r.wants_read());
+    t.advance(ALONE - Duration::from_micros(1));
+    assert!(!t.r.wants_read());
+    t.advance(Duration::from_micros(1));
+    assert!(t.r.wants_read(), "the wait is over, in vain");
+    t.chunk(wid, &pattern(700));
+    assert_eq!(t.r.spilled(k), 700);
+}
+
+#[test]
+fn a_stream_opened_during_a_lone_wait_ends_it_once_spill_after_has_passed() {
+    let mut t = with_alone_wait();
+    let (k, wid) = t.open();
+    t.chunk(wid, &pattern(700));
+    t.chunk(wid, &pattern(700));
+    assert!(!t.r.wants_read());
+    t.advance(WAIT * 2);
+    assert!(!t.r.wants_read());
+    // Another request goes out: its answer may wait behind this body, so
+    // the wait is held to spill_after, which has passed.
+    let other = t.r.open_stream(get("/health")).unwrap();
+    t.r.finish(other).unwrap();
+    assert!(t.r.poll_timeout().is_some_and(|d| d <= t.now));
+    t.advance(Duration::ZERO);
+    assert!(
+        t.r.wants_read(),
+        "reading resumes for the new stream's answer"
+    );
+    t.chunk(wid, &pattern(700));
+    assert_eq!(t.r.spilled(k), 700);
+}
+
+#[test]
+fn with_two_streams_in_flight_the_wait_is_spill_after() {
+    let mut t = with_alone_wait();
+    let (k, wid) = t.open();
+    let _other = t.open();
+    t.chunk(wid, &pattern(700));
+    t.chunk(wid, &pattern(700));
+    assert!(!t.r.wants_read());
+    assert_eq!(t.r.poll_timeout(), Some(t.now + WAIT));
+    t.advance(WAIT);
+    assert!(t.r.wants_read());
+    t.chunk(wid, &pattern(700));
+    assert_eq!(t.r.spilled(k), 700);
+}
+
+#[test]
+fn spill_after_alone_must_be_shorter_than_the_read_pause_bound() {
+    let mut ov = OverflowConfig::default();
+    ov.spill_after_alone = Duration::from_secs(10);
+    let err = RelayConfig::builder()
+        .overflow(Some(ov))
+        .read_pause_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field, "overflow.spill_after_alone");
+}

@@ -133,6 +133,12 @@ impl Config<Relay> {
                     "must be shorter than read_pause_timeout",
                 ));
             }
+            if ov.spill_after_alone >= self.extra.read_pause_timeout.0 {
+                return Err(ConfigError::new(
+                    "overflow.spill_after_alone",
+                    "must be shorter than read_pause_timeout",
+                ));
+            }
         }
         Ok(())
     }
@@ -212,6 +218,17 @@ pub struct OverflowConfig {
     /// while that keeps within `max_unread_chunks` and `max_unread_bytes`.
     /// Shorter than `read_pause_timeout`.
     pub spill_after: Duration,
+    /// The wait of a stream alone on its connection (no other stream in
+    /// flight), if longer than `spill_after`. Default zero: the same wait.
+    ///
+    /// Reading paused for a lone stream holds up no other stream: what the
+    /// worker sends next can only be more of this body (or control
+    /// messages). A caller that reads fast but not at every instant (its
+    /// task shares a thread with the connection's) then keeps its response
+    /// out of the overflow store. A stream that opens meanwhile ends the
+    /// wait at once if it has lasted `spill_after` already. Shorter than
+    /// `read_pause_timeout`.
+    pub spill_after_alone: Duration,
 }
 
 impl Default for OverflowConfig {
@@ -221,6 +238,7 @@ impl Default for OverflowConfig {
             max_per_stream: 1 << 30,
             max_total: 4 << 30,
             spill_after: Duration::ZERO,
+            spill_after_alone: Duration::ZERO,
         }
     }
 }

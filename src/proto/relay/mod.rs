@@ -96,7 +96,8 @@ impl Stream {
 /// reading the socket never waits for one caller for long: at most
 /// [`OverflowConfig::spill_after`] (default zero) each time a stream
 /// outgrows its memory with nothing in the overflow, for its caller to
-/// read what it holds and spare the store a copy. Without it, reading pauses,
+/// read what it holds and spare the store a copy (a stream alone on its
+/// connection may wait [`OverflowConfig::spill_after_alone`]). Without it, reading pauses,
 /// but never for longer than `read_pause_timeout`. Either way a stream whose
 /// application reads nothing for `stall_timeout`, or that outgrows its
 /// overflow budget, is given up alone ([`RelayEnd::CallerStalled`],
@@ -563,12 +564,13 @@ impl Connection<Relay> {
             .side
             .paused_since
             .and_then(|p| p.checked_add(self.config.extra.read_pause_timeout.0));
+        let alone = self.streams.len() == 1;
         let wait = self.side.waiting_for.and_then(|(_, since)| {
             since.checked_add(
                 self.config
                     .extra
                     .overflow
-                    .map_or(Duration::ZERO, |o| o.spill_after),
+                    .map_or(Duration::ZERO, |o| slow::spill_wait(&o, alone)),
             )
         });
         [self.core.poll_timeout(), stall, pause, wait]

@@ -3,11 +3,11 @@
 //! deadlines and the read-pause bound. The policy is described on
 //! [`RelayConnection`].
 
-use super::{RelayConnection, RelayEnd, RelayEvent, Stream};
+use super::{OverflowConfig, RelayConnection, RelayEnd, RelayEvent, Stream};
 use crate::proto::inbound::InBody;
 use crate::proto::outbound::SendAbort;
 use crate::proto::StreamKey;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl RelayConnection {
     /// Runs `f` on a stream's body, keeping the connection's tallies (bytes
@@ -107,6 +107,7 @@ impl RelayConnection {
             .expect("a wait needs an overflow");
         let closed = self.core.closed;
         let now = self.core.now;
+        let wait = spill_wait(&ov, self.streams.len() == 1);
         let Some(s) = self.streams.get_mut(&key) else {
             self.side.waiting_for = None;
             return;
@@ -115,7 +116,7 @@ impl RelayConnection {
         // caller that reads at least `memory_per_stream` per `spill_after`
         // can keep reading paused.
         let caught_up = s.body.bytes() == 0;
-        let in_vain = now.is_some_and(|now| now.duration_since(since) >= ov.spill_after);
+        let in_vain = now.is_some_and(|now| now.duration_since(since) >= wait);
         if closed || caught_up || !s.body.is_reading() {
             self.side.waiting_for = None;
         } else if in_vain {
@@ -174,5 +175,16 @@ impl RelayConnection {
             self.body_op(key, InBody::fail);
             self.events.push_back(RelayEvent::Readable { key });
         }
+    }
+}
+
+/// How long a stream past its memory bound waits for its caller before it
+/// spills: `spill_after`, or `spill_after_alone` if longer while it is the
+/// only stream in flight (reading paused then holds up no other stream).
+pub(super) fn spill_wait(ov: &OverflowConfig, alone: bool) -> Duration {
+    if alone {
+        ov.spill_after.max(ov.spill_after_alone)
+    } else {
+        ov.spill_after
     }
 }

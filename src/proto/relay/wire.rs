@@ -1,6 +1,7 @@
 //! What the worker's frames do to the relay's streams: responses, chunks,
 //! `end`, `abort`, protocol errors, and the end of the connection.
 
+use super::slow::spill_wait;
 use super::{RelayConnection, RelayEnd, RelayEvent};
 use crate::frame::{CloseCode, ControlFrame, ResponseHead, StreamId};
 use crate::proto::inbound::InBody;
@@ -121,6 +122,7 @@ impl RelayConnection {
             self.core.stats.messages_ignored += 1;
             return;
         };
+        let alone = self.streams.len() == 1;
         let s = self.streams.get_mut(&key).expect("in flight");
         if !s.response_started {
             self.end_on_wire(key, RelayEnd::ProtocolError, SendAbort::Always);
@@ -156,7 +158,7 @@ impl RelayConnection {
         // Waiting holds the chunk in hand: only while that keeps within the
         // connection's bounds, so that reading resumes when the wait ends.
         let wait = spill.is_some_and(|ov| {
-            !ov.spill_after.is_zero()
+            !spill_wait(&ov, alone).is_zero()
                 && !s.waited
                 && s.body.spilled() == 0
                 && s.body.chunks() + 1 < self.config.common.max_unread_chunks

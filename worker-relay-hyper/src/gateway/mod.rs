@@ -158,6 +158,15 @@ pub const CONNECT_PATH: &str = "/connect";
 /// (256 MB/s) to hold the other streams to its pace.
 const SPILL_AFTER: Duration = Duration::from_millis(1);
 
+/// The same wait for a stream alone on its connection, by default
+/// ([`OverflowConfig::spill_after_alone`]): reading paused then holds up
+/// no other stream, and a caller a little slower at times than the worker
+/// (a tunnel relaying a local server's `sendfile`) no longer sends its whole
+/// response through the overflow store's two more copies (BENCHMARKS.md,
+/// issue 42). A lone caller that does not catch up in this time spills as
+/// before.
+const SPILL_AFTER_ALONE: Duration = Duration::from_millis(50);
+
 /// A relay's state, shared by its services. Cheap to clone.
 #[derive(Clone)]
 pub struct Gateway {
@@ -245,7 +254,9 @@ impl GatewayBuilder {
     /// (not the machine's 1 MiB: with the file store behind it, memory is
     /// only a step on the way, and 20 slow callers then cost ~5 MiB, not
     /// 20), then, after a wait of at most 1 ms for the caller to catch up
-    /// ([`OverflowConfig::spill_after`]), the overflow store.
+    /// ([`OverflowConfig::spill_after`]; 50 ms for a stream alone on its
+    /// connection, [`OverflowConfig::spill_after_alone`]), the overflow
+    /// store.
     pub fn relay_config(mut self, config: RelayConfig) -> Self {
         self.relay = config;
         self
@@ -493,6 +504,7 @@ impl Gateway {
         let mut overflow = OverflowConfig::default();
         overflow.memory_per_stream = 256 << 10;
         overflow.spill_after = SPILL_AFTER;
+        overflow.spill_after_alone = SPILL_AFTER_ALONE;
         let relay = RelayConfig::builder()
             .overflow(Some(overflow))
             .build()
