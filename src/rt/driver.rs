@@ -168,6 +168,8 @@ pub(crate) struct Io<S> {
     chunk: usize,
     /// Where the closing handshake is, once the machine has closed.
     closing: closing::Closing,
+    /// Whether the socket may have something to read (`read_gate.rs`).
+    read_gate: read_gate::ReadGate,
 }
 
 /// Messages read in one pass of [`Io::poll_io`].
@@ -203,6 +205,7 @@ impl<S> Io<S> {
             pacer: SendPacer::new(crate::frame::MAX_CHUNK_BODY),
             chunk: 0,
             closing: closing::Closing::default(),
+            read_gate: read_gate::ReadGate::new(),
         }
     }
 }
@@ -377,6 +380,10 @@ where
     /// paused between its `wants_read()` and the message: it then hands
     /// the message back, and the driver holds it (one message, at most
     /// 1 MiB + 4 bytes) until the machine wants to read again.
+    ///
+    /// Once a read has answered `Pending`, the socket is read again only
+    /// when its waker has fired (`read_gate.rs`), not on every wake-up of
+    /// the driver.
     fn receive<Sh: SharedState>(
         &mut self,
         shared: &Mutex<Sh>,
@@ -390,11 +397,16 @@ where
             }
             sh.conn().wants_read()
         };
+        if self.eof || !wants || !self.read_gate.open(cx.waker()) {
+            return Ok(progress);
+        }
         for _ in 0..READS_PER_PASS {
             if self.eof || !wants {
                 break;
             }
-            match Pin::new(&mut self.socket).poll_next(cx) {
+            let read = Pin::new(&mut self.socket).poll_next(&mut self.read_gate.context());
+            self.read_gate.set_parked(read.is_pending());
+            match read {
                 Poll::Ready(Some(Ok(msg))) => {
                     let mut sh = lock(shared);
                     progress |= self.feed(sh.conn(), msg);
@@ -471,5 +483,6 @@ fn outcome<E>(cause: Option<&CloseCause>) -> Result<Closed, DriverError<E>> {
 }
 
 mod closing;
+mod read_gate;
 #[cfg(test)]
 mod tests;

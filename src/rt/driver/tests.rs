@@ -286,3 +286,81 @@ fn a_socket_that_drains_slowly_is_handed_one_chunk_between_flushes() {
     }
     assert_eq!(io.socket.taken.iter().sum::<usize>(), 16 * half + 6);
 }
+
+/// A socket whose reads the test counts, with a message to read only when
+/// the test puts one there (and wakes the waker the last read left).
+struct Counted {
+    reads: usize,
+    next: Option<Message>,
+    waker: Option<Waker>,
+}
+
+impl Stream for Counted {
+    type Item = Result<Message, Infallible>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.reads += 1;
+        match self.next.take() {
+            Some(m) => Poll::Ready(Some(Ok(m))),
+            None => {
+                self.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Sink<Message> for Counted {
+    type Error = Infallible;
+    fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+    fn start_send(self: Pin<&mut Self>, _: Message) -> Result<(), Infallible> {
+        Ok(())
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[test]
+fn a_socket_that_answered_pending_is_read_again_only_once_its_waker_fires() {
+    let shared = Arc::new(Mutex::new(Shared {
+        conn: Script {
+            wants: true,
+            ..Script::default()
+        },
+        driver: None,
+    }));
+    let socket = Counted {
+        reads: 0,
+        next: None,
+        waker: None,
+    };
+    let mut io = Io::new(socket, Arc::new(NoSleep));
+    let mut cx = noop_cx();
+    assert!(matches!(io.poll_io(&*shared, &mut cx), Pass::Idle));
+    assert_eq!(io.socket.reads, 1);
+
+    // Woken for something else (a request to send): the socket is not read.
+    shared.lock().unwrap().conn.out.push_back(text(9));
+    assert!(matches!(io.poll_io(&*shared, &mut cx), Pass::Progress));
+    assert!(matches!(io.poll_io(&*shared, &mut cx), Pass::Idle));
+    assert_eq!(io.socket.reads, 1, "read without its waker firing");
+
+    // A message arrives and the socket wakes its waker: read, fed, and
+    // read on until `Pending` again.
+    io.socket.next = Some(text(1));
+    io.socket
+        .waker
+        .take()
+        .expect("the read left a waker")
+        .wake();
+    assert!(matches!(io.poll_io(&*shared, &mut cx), Pass::Progress));
+    assert_eq!(shared.lock().unwrap().conn.fed, vec![text(1)]);
+    assert_eq!(io.socket.reads, 3);
+    assert!(matches!(io.poll_io(&*shared, &mut cx), Pass::Idle));
+    assert_eq!(io.socket.reads, 3);
+}
