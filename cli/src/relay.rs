@@ -73,7 +73,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use worker_relay::connect::TokenTable;
 use worker_relay::frame::CloseCode;
-use worker_relay::proto::{OverflowConfig, RelayConfig};
+use worker_relay::proto::RelayConfig;
 use worker_relay_hyper::gateway::{Gateway, CONNECT_PATH};
 use worker_relay_hyper::server::{serve_with_shutdown, Intake, ServerConfig, ServerTls};
 use worker_relay_hyper::TempFileOverflow;
@@ -277,18 +277,7 @@ async fn run(
     // `TempFileOverflow`).
     let mut gateway = Gateway::builder(table).reconnect_wait(reconnect_wait);
     if stall.is_some() || overflow_budget == Some(0) {
-        // The gateway's default, with this stall timeout, or with no
-        // overflow (slow callers pause reading instead).
-        let overflow = (overflow_budget != Some(0)).then(|| {
-            let mut o = OverflowConfig::default();
-            o.memory_per_stream = 256 << 10;
-            o
-        });
-        let mut config = RelayConfig::builder().overflow(overflow);
-        if let Some(stall) = stall {
-            config = config.stall_timeout(stall);
-        }
-        match config.build() {
+        match relay_config(gateway.current_relay_config(), stall, overflow_budget) {
             Ok(c) => gateway = gateway.relay_config(c),
             Err(e) => return fail(2, format!("--stall-timeout: {e}")),
         }
@@ -380,6 +369,25 @@ enum Drain {
 /// requests in flight when it expires are the ones the drain cuts. They are
 /// counted every 10 ms until then (the last count before the drain's own
 /// clock runs out: a worker closed is soon gone from the gateway's list).
+/// The gateway's connection settings `base` with `--stall-timeout` and
+/// `--overflow-budget 0` applied: the rest (the overflow's 256 KiB in
+/// memory per stream and its waits before a spill) stays the gateway's.
+fn relay_config(
+    base: &RelayConfig,
+    stall: Option<Duration>,
+    overflow_budget: Option<u64>,
+) -> Result<RelayConfig, worker_relay::proto::ConfigError> {
+    let mut config = base.to_builder();
+    if overflow_budget == Some(0) {
+        // No overflow: slow callers pause reading instead.
+        config = config.overflow(None);
+    }
+    if let Some(stall) = stall {
+        config = config.stall_timeout(stall);
+    }
+    config.build()
+}
+
 async fn watch_grace(
     gateway: &Gateway,
     grace: Duration,
@@ -525,4 +533,33 @@ fn bad_arg(program: &str, arg: &str) -> ExitCode {
 fn fail(code: u8, message: String) -> ExitCode {
     tracing::error!("{message}");
     ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stall_timeout_keeps_the_gateways_overflow_settings() {
+        let table = TokenTable::new();
+        let builder = Gateway::builder(table);
+        let base = builder.current_relay_config();
+        let theirs = base.overflow().expect("the gateway overflows by default");
+        let stall = Duration::from_secs(7);
+
+        let config = relay_config(base, Some(stall), None).unwrap();
+        assert_eq!(config.stall_timeout(), stall);
+        let ours = config.overflow().expect("still overflowing");
+        assert_eq!(ours.memory_per_stream, theirs.memory_per_stream);
+        assert_eq!(ours.spill_after, theirs.spill_after);
+        assert_eq!(ours.spill_after_alone, theirs.spill_after_alone);
+        assert!(ours.spill_after_alone > Duration::ZERO);
+
+        // `--overflow-budget 0`: no overflow, the stall timeout as given.
+        let config = relay_config(base, Some(stall), Some(0)).unwrap();
+        assert!(config.overflow().is_none());
+        assert_eq!(config.stall_timeout(), stall);
+        let config = relay_config(base, None, Some(0)).unwrap();
+        assert_eq!(config.stall_timeout(), base.stall_timeout());
+    }
 }

@@ -262,6 +262,14 @@ impl GatewayBuilder {
         self
     }
 
+    /// The connection settings as they stand: the default described at
+    /// [`GatewayBuilder::relay_config`], or the last one given. To change
+    /// one setting and keep the rest (the overflow's waits among them),
+    /// start from these: `builder.current_relay_config().to_builder()`.
+    pub fn current_relay_config(&self) -> &RelayConfig {
+        &self.relay
+    }
+
     /// Where slow callers' responses wait, one store for all the worker
     /// connections. Default: [`TempFileOverflow::default`], unlinked
     /// temporary files in [`std::env::temp_dir`] within one 8 GiB budget
