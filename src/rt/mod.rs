@@ -3,6 +3,10 @@
 //! generic over any WebSocket that is a `Stream` of incoming [`Message`]s and
 //! a `Sink` of outgoing ones, with bodies as `Stream`s and `Sink`s of
 //! [`Bytes`](bytes::Bytes). Timers come from the caller through [`Timer`].
+//! The socket keeps the `Stream` contract: after a read answered
+//! `Pending`, a driver reads it again only once the waker of that read has
+//! fired, not on each of its own wake-ups (a read that finds nothing is not
+//! free: tungstenite zeroes its free read buffer before each one).
 //!
 //! - Relay: [`relay`] gives a [`RelayHandle`] (send requests, get
 //!   [`WorkerResponse`]s or a [`RelayError`] such as [`RelayError::WorkerGone`],

@@ -112,8 +112,10 @@ mod tests {
         gate.set_parked(true);
         assert!(!gate.open(&task), "the wake was used up");
 
-        // A clone of the waker, dropped by the socket after waking.
-        gate.context().waker().clone().wake();
+        // A clone of the waker, kept by the socket and woken by value.
+        let kept = gate.context().waker().clone();
+        assert!(!gate.open(&task));
+        kept.wake();
         assert!(gate.open(&task));
     }
 
