@@ -364,11 +364,6 @@ enum Drain {
     Stuck,
 }
 
-/// Runs `drained` (the gateway's drain, which closes every worker when
-/// `grace` expires, whatever it is doing) and watches its grace: the
-/// requests in flight when it expires are the ones the drain cuts. They are
-/// counted every 10 ms until then (the last count before the drain's own
-/// clock runs out: a worker closed is soon gone from the gateway's list).
 /// The gateway's connection settings `base` with `--stall-timeout` and
 /// `--overflow-budget 0` applied: the rest (the overflow's 256 KiB in
 /// memory per stream and its waits before a spill) stays the gateway's.
@@ -388,6 +383,11 @@ fn relay_config(
     config.build()
 }
 
+/// Runs `drained` (the gateway's drain, which closes every worker when
+/// `grace` expires, whatever it is doing) and watches its grace: the
+/// requests in flight when it expires are the ones the drain cuts. They are
+/// counted every 10 ms until then (the last count before the drain's own
+/// clock runs out: a worker closed is soon gone from the gateway's list).
 async fn watch_grace(
     gateway: &Gateway,
     grace: Duration,
