@@ -48,6 +48,11 @@ pub(super) struct Pending {
 }
 
 impl Pending {
+    /// Whether its first request has reached the service.
+    fn has_arrived(&self) -> bool {
+        self.arrived.load(Ordering::SeqCst)
+    }
+
     fn arrived(&self) {
         if !self.arrived.swap(true, Ordering::SeqCst) {
             self.arrivals
@@ -80,25 +85,46 @@ impl<S> Counted<S> {
 impl<S, R> tower::Service<R> for Counted<S>
 where
     S: tower::Service<R>,
-    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Future = Arrival<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: R) -> Self::Future {
-        let mut answer = Box::pin(self.inner.call(req));
-        let mut connection = Some(self.connection.clone());
-        Box::pin(std::future::poll_fn(move |cx| {
-            let poll = answer.as_mut().poll(cx);
-            if let Some(c) = connection.take() {
-                c.arrived();
-            }
-            poll
-        }))
+        // Once the connection has arrived, its later requests carry nothing
+        // (no share to clone, no box: a request's cost on a kept-alive
+        // connection).
+        let connection = (!self.connection.has_arrived()).then(|| self.connection.clone());
+        Arrival {
+            answer: self.inner.call(req),
+            connection,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`Counted`]'s future: the service's, marking the connection's
+    /// arrival once it has been polled.
+    pub(super) struct Arrival<F> {
+        #[pin]
+        answer: F,
+        connection: Option<Arc<Pending>>,
+    }
+}
+
+impl<F: Future> Future for Arrival<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let poll = this.answer.poll(cx);
+        if let Some(c) = this.connection.take() {
+            c.arrived();
+        }
+        poll
     }
 }
