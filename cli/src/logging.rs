@@ -8,6 +8,8 @@
 //! `trace` it logs the handshake's headers, the connect token among them.
 #![allow(dead_code)] // shared by several programs and tests, each using a part
 
+#[path = "access_line.rs"]
+mod access_line;
 #[path = "log_writer.rs"]
 mod log_writer;
 /// Counts in log lines (`1 worker`, `2 workers`).
@@ -104,7 +106,11 @@ where
         event: &tracing::Event<'_>,
     ) -> std::fmt::Result {
         write!(writer, "{}: ", self.0)?;
-        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        if event.metadata().target() == worker_relay_hyper::gateway::ACCESS_TARGET {
+            access_line::write_fields(&mut writer, event)?;
+        } else {
+            ctx.field_format().format_fields(writer.by_ref(), event)?;
+        }
         writeln!(writer)
     }
 }
