@@ -228,8 +228,77 @@ struct Peer(Option<SocketAddr>);
 impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
+            // What `SocketAddr` writes, in one piece: its own `Display`
+            // formats each number through `fmt`, a line per request.
+            Some(SocketAddr::V4(p)) => {
+                let mut text = [0u8; 21]; // 255.255.255.255:65535
+                let mut len = 0;
+                for (i, octet) in p.ip().octets().into_iter().enumerate() {
+                    if i > 0 {
+                        text[len] = b'.';
+                        len += 1;
+                    }
+                    len += decimal(octet.into(), &mut text[len..]);
+                }
+                text[len] = b':';
+                len += 1;
+                len += decimal(p.port().into(), &mut text[len..]);
+                f.pad(std::str::from_utf8(&text[..len]).map_err(|_| std::fmt::Error)?)
+            }
             Some(p) => p.fmt(f),
             None => f.write_str("-"),
         }
+    }
+}
+
+/// Writes `n` (below 100,000) in decimal at the start of `out`; its length.
+fn decimal(n: u32, out: &mut [u8]) -> usize {
+    let mut digits = [0u8; 5];
+    let (mut n, mut len) = (n, 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for (slot, digit) in out.iter_mut().zip(digits[..len].iter().rev()) {
+        *slot = *digit;
+    }
+    len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_is_written_as_its_socket_address_writes_itself() {
+        let mut n: u64 = 7;
+        let mut next = || {
+            // A fixed sequence (no seed): octets and ports of every length.
+            n = n
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            n >> 16
+        };
+        let mut peers: Vec<SocketAddr> = vec![
+            "0.0.0.0:0".parse().unwrap(),
+            "255.255.255.255:65535".parse().unwrap(),
+            "127.0.0.1:50474".parse().unwrap(),
+            "10.0.0.9:8".parse().unwrap(),
+            "[::1]:8080".parse().unwrap(),
+            "[fe80::1%2]:1".parse().unwrap(),
+        ];
+        for _ in 0..2000 {
+            let (ip, port) = (next() as u32, next() as u16);
+            let ip = std::net::Ipv4Addr::from(ip >> (next() % 4 * 8));
+            peers.push(SocketAddr::from((ip, port >> (next() % 16))));
+        }
+        for p in peers {
+            assert_eq!(Peer(Some(p)).to_string(), p.to_string());
+        }
+        assert_eq!(Peer(None).to_string(), "-");
     }
 }
