@@ -105,12 +105,14 @@ where
         mut writer: tracing_subscriber::fmt::format::Writer<'_>,
         event: &tracing::Event<'_>,
     ) -> std::fmt::Result {
-        write!(writer, "{}: ", self.0)?;
+        // `write_str`, not `write!`: a line per request.
+        writer.write_str(self.0)?;
+        writer.write_str(": ")?;
         if event.metadata().target() == worker_relay_hyper::gateway::ACCESS_TARGET {
             access_line::write_fields(&mut writer, event)?;
         } else {
             ctx.field_format().format_fields(writer.by_ref(), event)?;
         }
-        writeln!(writer)
+        writer.write_char('\n')
     }
 }
