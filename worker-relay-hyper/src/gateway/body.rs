@@ -94,11 +94,11 @@ impl GatewayBody {
         }
     }
 
-    pub(super) fn observed(mut self, mut access: Access) -> GatewayBody {
+    pub(super) fn observed(mut self, mut access: Box<Access>) -> GatewayBody {
         if let Kind::Full(None) = self.kind {
             access.ended();
         }
-        self.access = Some(Box::new(access));
+        self.access = Some(access);
         self
     }
 

@@ -31,30 +31,40 @@ use worker_relay::rt::{RelayError, RequestSink, ResponseFuture};
 /// left of an upload is ([`discard`]): a caller that writes its whole body
 /// before it reads reads the answer rather than a reset (nginx's
 /// `lingering_close`).
-pub(super) async fn forward<B>(inner: Arc<Inner>, req: Request<B>) -> Response<GatewayBody>
+///
+/// The future holds each part of the request once (an `async fn`'s
+/// arguments are kept twice, as arguments and as locals), so that it stays
+/// within the allocator's per-thread cache (`tests.rs`: under 1 KiB).
+pub(super) fn forward<B>(
+    inner: Arc<Inner>,
+    req: Request<B>,
+) -> impl std::future::Future<Output = Response<GatewayBody>> + Send + 'static
 where
     B: Body + Send + 'static,
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
-    let (parts, body) = req.into_parts();
-    // Recorded when the response is over, or when this future is dropped
-    // before it (the caller left).
-    let mut access = Access::new(&parts, &inner);
-    let mut body = Some(Counted::new(Box::pin(body), access.up.clone()));
-    let resp = forward_parts(&inner, parts, &mut body, &mut access).await;
-    if let Some(unread) = body.filter(|b| !b.is_end_stream()) {
-        tokio::spawn(discard(unread, inner.deadlines()));
+    let (mut parts, body) = req.into_parts();
+    async move {
+        // Recorded when the response is over, or when this future is
+        // dropped before it (the caller left). Boxed: the response body
+        // keeps it.
+        let mut access = Box::new(Access::new(&parts, &inner));
+        let mut body = Some(Counted::new(Box::pin(body), access.up.clone()));
+        let resp = forward_parts(&inner, &mut parts, &mut body, &mut access).await;
+        if let Some(unread) = body.filter(|b| !b.is_end_stream()) {
+            tokio::spawn(discard(unread, inner.deadlines()));
+        }
+        access.head(resp.status().as_u16(), resp.headers());
+        resp.map(|b| b.observed(access))
     }
-    access.head(resp.status().as_u16(), resp.headers());
-    resp.map(|b| b.observed(access))
 }
 
 /// Answers the request, taking `body` out of its option once a stream
 /// carries it (left there, it is the relay's own answer's to discard).
 async fn forward_parts<B>(
     inner: &Arc<Inner>,
-    mut parts: http::request::Parts,
+    parts: &mut http::request::Parts,
     body: &mut Option<B>,
     access: &mut Access,
 ) -> Response<GatewayBody>
@@ -72,8 +82,8 @@ where
     if inner.relay.refuses_method(parts.method.as_str()) {
         return answer(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
     }
-    host_from_authority(&mut parts);
-    let (worker, head) = match request_head_from_parts(&parts, &inner.urls) {
+    host_from_authority(parts);
+    let (worker, head) = match request_head_from_parts(parts, &inner.urls) {
         Ok(x) => x,
         Err(HttpError::Url(UrlError::NotUnderPrefix)) => {
             return answer(StatusCode::NOT_FOUND, "not found")
@@ -90,7 +100,8 @@ where
     };
     let Named { access, worker } = &mut named;
     let worker = worker.as_ref().expect("named above");
-    to_worker(inner, worker, head, &parts, body, access).await
+    let mut head = Some(head);
+    to_worker(inner, worker, &mut head, parts, body, access).await
 }
 
 /// The worker's id, given to the request's access line when this goes:
@@ -109,11 +120,12 @@ impl Drop for Named<'_> {
     }
 }
 
-/// [`forward_parts`] for a request to a known worker, as `head`.
+/// [`forward_parts`] for a request to a known worker, as `head` (taken
+/// when it is sent).
 async fn to_worker<B>(
     inner: &Arc<Inner>,
     worker: &WorkerId,
-    head: RequestHead,
+    head: &mut Option<RequestHead>,
     parts: &http::request::Parts,
     body: &mut Option<B>,
     access: &mut Access,
@@ -127,7 +139,6 @@ where
     // connection, if its connection goes before its head went out (the
     // worker never saw it); one with a body cannot: its pieces are gone.
     let body_less = body.as_ref().is_none_or(|b| b.is_end_stream());
-    let mut head = Some(head);
     let mut tries = 0;
     let (upload, resp) = loop {
         tries += 1;
@@ -260,7 +271,8 @@ where
         // stalled, or the worker took none of it): its end, moments
         // away, says what to answer.
         if let (RelayError::RequestAborted, Some(up)) = (e, upload.as_mut()) {
-            let end = tokio::time::timeout(Duration::from_secs(1), up.end()).await;
+            // Boxed: rare, and its timer would widen every request's future.
+            let end = Box::pin(tokio::time::timeout(Duration::from_secs(1), up.end())).await;
             if let Some((end, resp)) = end.ok().and_then(|e| Some((e, upload_answer(e)?))) {
                 access.end = upload_end_reason(end);
                 return Err(resp);
@@ -282,10 +294,10 @@ async fn connected(inner: &Inner, worker: &WorkerId) -> Option<worker_relay::rt:
         return None;
     }
     let deadline = after(tokio::time::Instant::now(), wait);
-    inner
-        .registry
-        .wait_for(worker, deadline, &inner.draining)
-        .await
+    // Boxed: a request's future would otherwise carry the wait's room
+    // (a timer, a subscription) though nearly every request finds its
+    // worker connected.
+    Box::pin(inner.registry.wait_for(worker, deadline, &inner.draining)).await
 }
 
 /// How a failed upload ended the stream, for the metrics and the log.

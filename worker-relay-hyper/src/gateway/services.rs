@@ -111,8 +111,9 @@ where
     }
 
     fn call(&mut self, req: Request<B>) -> ResponseFuture {
-        let inner = self.0.clone();
-        Box::pin(async move { Ok(forward::forward(inner, req).await) })
+        Box::pin(Infallibly {
+            answer: forward::forward(self.0.clone(), req),
+        })
     }
 }
 
@@ -133,14 +134,30 @@ where
 
     fn call(&mut self, req: Request<B>) -> ResponseFuture {
         let inner = self.0.clone();
-        Box::pin(async move {
-            Ok(
-                if ConnectTarget::parse(&inner.connect_path, req.uri().path()).is_some() {
-                    hyper_upgrade::accept(&inner, req).await
-                } else {
-                    forward::forward(inner, req).await
-                },
-            )
-        })
+        if ConnectTarget::parse(&inner.connect_path, req.uri().path()).is_some() {
+            Box::pin(async move { Ok(hyper_upgrade::accept(&inner, req).await) })
+        } else {
+            Box::pin(Infallibly {
+                answer: forward::forward(inner, req),
+            })
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A forward's future as a service's: its answer, `Ok`. (An `async`
+    /// block around it would hold the request a second time, and the
+    /// box of every request would leave the allocator's per-thread cache.)
+    struct Infallibly<F> {
+        #[pin]
+        answer: F,
+    }
+}
+
+impl<F: Future<Output = Response<GatewayBody>>> Future for Infallibly<F> {
+    type Output = Result<Response<GatewayBody>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project().answer.poll(cx).map(Ok)
     }
 }
