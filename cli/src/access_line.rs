@@ -5,9 +5,79 @@
 //! several `fmt` calls per field through the formatter's writer. A line
 //! per request is the relay's largest single cost after the system calls
 //! (BENCHMARKS.md, issue 42). Any other event keeps `DefaultFields`.
+//!
+//! The relay program's text log does not even make the event:
+//! [`TextAccessLog`] is the gateway's [`AccessLog`], and writes each
+//! record's line, the same bytes, straight into the log's batch.
 
+use super::log_writer::AccessLines;
+use std::cell::RefCell;
 use std::fmt::{self, Write};
 use tracing::field::{Field, Visit};
+use worker_relay_hyper::gateway::{AccessLog, AccessRecord, ACCESS_TARGET};
+
+/// The text log's access lines, without a `tracing` event: `<name>: access
+/// worker=… peer=…`, as [`write_fields`] writes the event after the
+/// program's prefix. `RUST_LOG` still decides whether there are any (the
+/// target [`ACCESS_TARGET`] at `info`).
+pub struct TextAccessLog {
+    name: &'static str,
+    out: AccessLines,
+}
+
+impl TextAccessLog {
+    pub fn new(name: &'static str, out: AccessLines) -> TextAccessLog {
+        TextAccessLog { name, out }
+    }
+}
+
+thread_local! {
+    /// Each serving thread's line, reused.
+    static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+impl AccessLog for TextAccessLog {
+    fn record(&self, record: &AccessRecord<'_>) {
+        if !tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO) {
+            return;
+        }
+        LINE.with(|line| {
+            let Ok(mut line) = line.try_borrow_mut() else {
+                return; // not reentered: nothing here logs
+            };
+            line.clear();
+            if write_record(&mut line, self.name, record).is_ok() {
+                self.out.push(line.as_bytes());
+            }
+            if line.capacity() > 4096 {
+                *line = String::new(); // a rare long line is not kept
+            }
+        });
+    }
+}
+
+/// `record`'s line, as `Prefixed` and [`write_fields`] write its event.
+pub fn write_record(out: &mut String, name: &str, r: &AccessRecord<'_>) -> fmt::Result {
+    let mut number = itoa::Buffer::new();
+    out.push_str(name);
+    out.push_str(": access worker=");
+    out.push_str(r.worker);
+    out.push_str(" method=");
+    out.push_str(r.method);
+    out.push_str(" path=");
+    out.push_str(r.path);
+    out.push_str(" status=");
+    out.push_str(r.status);
+    out.push_str(" bytes_up=");
+    out.push_str(number.format(r.bytes_up));
+    out.push_str(" bytes_down=");
+    out.push_str(number.format(r.bytes_down));
+    out.push_str(" duration_ms=");
+    write_f64(out, r.duration_ms())?;
+    out.push_str(" end=");
+    out.push_str(r.end);
+    writeln!(out, " peer={}", r.peer_text())
+}
 
 /// Writes `event`'s fields as `DefaultFields` does: the message first
 /// (as it is recorded first), then ` name=value` for each field, values
@@ -196,6 +266,114 @@ mod tests {
         }
         assert!(seen[0].1.starts_with("access worker=abc method=GET path=/w/abc/health status=200 bytes_up=0 bytes_down=15 duration_ms=1.022 end=completed peer=127.0.0.1:50474"), "{}", seen[0].1);
         assert!(seen[1].1.contains("duration_ms=0.0 "), "{}", seen[1].1);
+    }
+
+    /// Records of every kind the gateway makes, and some it could.
+    fn records() -> Vec<AccessRecord<'static>> {
+        let mut all = Vec::new();
+        let long: &'static str = format!("/w/abc/{}", "x".repeat(1017)).leak();
+        let cut: &'static str = "é".repeat(511).leak();
+        for (i, (worker, method, path)) in [
+            ("abc", "GET", "/w/abc/health"),
+            ("unknown", "POST", "/"),
+            ("abc", "PURGE", "/a b/\"q\"/\\/é"),
+            ("w-1_x", "HEAD", long),
+            ("abc", "OPTIONS", cut),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for (j, (status, end)) in [
+                ("200", "completed"),
+                ("-", "caller_gone"),
+                ("aborted", "worker_abort"),
+                ("503", "answered"),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let mut r = AccessRecord::new(worker, method, path);
+                r.status = status;
+                r.end = end;
+                r.bytes_up = [0, 1, 1 << 40, u64::MAX][j];
+                r.bytes_down = [15, 0, u64::MAX, 7][(i + j) % 4];
+                r.duration = std::time::Duration::from_micros(
+                    [0, 1, 1022, 123_456_789, 999_999_999_999_999][(i + j) % 5],
+                );
+                r.peer = [
+                    None,
+                    Some("127.0.0.1:50474".parse().unwrap()),
+                    Some("[::1]:8080".parse().unwrap()),
+                    Some("255.255.255.255:65535".parse().unwrap()),
+                ][(i * 3 + j) % 4];
+                all.push(r);
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn a_records_line_is_its_events_line() {
+        let records = records();
+        let seen = lines(|| records.iter().for_each(AccessRecord::trace));
+        assert_eq!(seen.len(), records.len());
+        for (r, (theirs, _)) in records.iter().zip(&seen) {
+            let mut ours = String::new();
+            write_record(&mut ours, "relay", r).unwrap();
+            assert_eq!(ours, format!("relay: {theirs}\n"));
+        }
+        let mut first = String::new();
+        write_record(&mut first, "relay", &records[0]).unwrap();
+        assert_eq!(first, "relay: access worker=abc method=GET path=/w/abc/health status=200 bytes_up=0 bytes_down=15 duration_ms=0.0 end=completed peer=-\n");
+    }
+
+    /// The text log's access lines, through the log's batch, with
+    /// `RUST_LOG`-style `filter`.
+    fn logged(filter: &str, records: &[AccessRecord<'_>]) -> String {
+        #[derive(Clone, Default)]
+        struct Out(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Out {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Out::default();
+        let (writer, guard) =
+            super::super::log_writer::start(out.clone(), Box::new(|_| String::new()));
+        let log = TextAccessLog::new("relay", writer.access_lines());
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(writer)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            records.iter().for_each(|r| log.record(r))
+        });
+        drop(guard); // writes the batch
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        text
+    }
+
+    #[test]
+    fn the_text_log_writes_each_record_unless_told_not_to() {
+        let records = records();
+        let text = logged("info", &records);
+        let mut expected = String::new();
+        for r in &records {
+            write_record(&mut expected, "relay", r).unwrap();
+        }
+        assert_eq!(text, expected);
+        assert_eq!(logged("info,worker_relay::access=off", &records), "");
+        assert_eq!(logged("warn", &records), "");
+        assert_eq!(
+            logged("worker_relay::access=info", &records[..1])
+                .lines()
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -185,6 +185,26 @@ impl Drop for Guard {
     }
 }
 
+impl BatchWriter {
+    /// Where access-log lines can be written without an event: batched as
+    /// the access target's events are.
+    pub fn access_lines(&self) -> AccessLines {
+        AccessLines(self.shared.clone())
+    }
+}
+
+/// Writes access-log lines into the batch ([`BatchWriter::access_lines`]).
+#[derive(Clone)]
+pub struct AccessLines(Arc<Shared>);
+
+impl AccessLines {
+    /// One line, with its `\n`, into the batch (dropped and counted past
+    /// the bound, as any line).
+    pub fn push(&self, line: &[u8]) {
+        self.0.push(line, false);
+    }
+}
+
 /// One event's writer: its text goes into the buffer in one piece.
 pub struct Line<'a> {
     shared: &'a Shared,

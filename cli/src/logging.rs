@@ -31,14 +31,31 @@ pub fn json_requested(args: &[String]) -> Option<bool> {
     }
 }
 
+/// The program's log, from [`init`]: keep it until the program ends,
+/// dropping it writes what is left.
+#[must_use = "dropping the log stops it"]
+pub struct Log {
+    _guard: log_writer::Guard,
+    access: Option<std::sync::Arc<access_line::TextAccessLog>>,
+}
+
+impl Log {
+    /// For a gateway's access records (`GatewayBuilder::access_log`): in
+    /// text, its lines written straight into the log (the same lines as
+    /// the `tracing` events'); `None` in JSON, where the events stay.
+    pub fn access_log(&self) -> Option<std::sync::Arc<dyn worker_relay_hyper::gateway::AccessLog>> {
+        self.access.clone().map(|a| a as _)
+    }
+}
+
 /// Installs the subscriber (one JSON object per line if `json`); text
 /// lines start with `name`. Lines are written by a thread of their own,
 /// access-log lines in batches (`log_writer.rs`: a line per request must
-/// cost the serving threads neither a write nor a wake-up): keep the guard
-/// until the program ends, dropping it writes what is left.
-#[must_use = "dropping the guard stops the log"]
-pub fn init(name: &'static str, json: bool) -> log_writer::Guard {
+/// cost the serving threads neither a write nor a wake-up).
+pub fn init(name: &'static str, json: bool) -> Log {
     let (writer, guard) = log_writer::start(std::io::stderr(), dropped_notice(name, json));
+    let access = (!json)
+        .then(|| std::sync::Arc::new(access_line::TextAccessLog::new(name, writer.access_lines())));
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .add_directive("tungstenite=info".parse().expect("a valid directive"))
@@ -53,19 +70,22 @@ pub fn init(name: &'static str, json: bool) -> log_writer::Guard {
             .with_writer(writer)
             .log_internal_errors(false)
             .try_init();
-        return guard;
+    } else {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(writer)
+            .with_target(false)
+            .without_time()
+            .with_ansi(false)
+            .log_internal_errors(false)
+            .fmt_fields(tracing_subscriber::fmt::format::DefaultFields::new())
+            .event_format(Prefixed(name))
+            .try_init();
     }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer)
-        .with_target(false)
-        .without_time()
-        .with_ansi(false)
-        .log_internal_errors(false)
-        .fmt_fields(tracing_subscriber::fmt::format::DefaultFields::new())
-        .event_format(Prefixed(name))
-        .try_init();
-    guard
+    Log {
+        _guard: guard,
+        access,
+    }
 }
 
 /// The line saying that `n` lines were dropped, in the log's format:

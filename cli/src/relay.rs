@@ -152,7 +152,7 @@ pub fn main(program: &str, args: Vec<String>) -> ExitCode {
     let Some(json) = logging::json_requested(&args) else {
         return bad_arg(program, "--log-format");
     };
-    let _log = logging::init("relay", json);
+    let log = logging::init("relay", json);
     let (mut admin, mut stall, mut overflow_budget) = (None, None, None);
     let (mut listen, mut tokens, mut server) = (None, None, ServerConfig::default());
     let (mut threads, mut cert, mut key) = (None, None, None);
@@ -217,6 +217,7 @@ pub fn main(program: &str, args: Vec<String>) -> ExitCode {
                 admin,
                 stall,
                 overflow_budget,
+                access_log: log.access_log(),
             };
             rt.block_on(run(listen, tokens, server, tls, opts))
         }
@@ -238,6 +239,7 @@ async fn run(
         admin,
         stall,
         overflow_budget,
+        access_log,
     } = opts;
     // The recorder first: what the gateway records before it is lost.
     let metrics = match admin.as_ref().map(|_| admin::install()) {
@@ -287,6 +289,9 @@ async fn run(
             std::env::temp_dir(),
             budget,
         )));
+    }
+    if let Some(log) = access_log {
+        gateway = gateway.access_log(log);
     }
     let gateway = gateway.build();
     if let (Some(addr), Some(handle)) = (admin, metrics) {
@@ -466,6 +471,9 @@ struct Options {
     stall: Option<Duration>,
     /// `--overflow-budget`: bytes on disk for slow callers, 0 for none.
     overflow_budget: Option<u64>,
+    /// Where access records go (the text log's own writer), if not to
+    /// `tracing`.
+    access_log: Option<Arc<dyn worker_relay_hyper::gateway::AccessLog>>,
 }
 
 /// `GET /workers`: the connected workers as JSON (id, since when, from

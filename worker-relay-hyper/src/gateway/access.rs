@@ -2,6 +2,7 @@
 //! access log line, recorded once, when it is over (its response body
 //! ended, failed, or was dropped).
 
+use super::access_log::{AccessLog, AccessRecord};
 use crate::observe::ByteCount;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -47,6 +48,8 @@ pub(super) struct Access {
     /// The response's Content-Length: a server stops reading the body
     /// once it has that many bytes, without asking for its end.
     length: Option<u64>,
+    /// Where the record goes; `None`: the `tracing` event.
+    log: Option<std::sync::Arc<dyn AccessLog>>,
     /// Where the metric handles are, and this worker's.
     #[cfg(feature = "metrics")]
     meters: (
@@ -57,7 +60,6 @@ pub(super) struct Access {
 
 impl Access {
     pub fn new(parts: &http::request::Parts, inner: &std::sync::Arc<super::Inner>) -> Access {
-        let _ = inner;
         Access {
             worker: None,
             method: parts.method.clone(),
@@ -72,6 +74,7 @@ impl Access {
             down: 0,
             over: false,
             length: None,
+            log: inner.access_log.clone(),
             #[cfg(feature = "metrics")]
             meters: (inner.clone(), None),
         }
@@ -192,20 +195,21 @@ impl Drop for Access {
                 m.stream_end(self.end);
             }
         });
-        tracing::info!(
-            target: ACCESS_TARGET,
-            worker = %self.worker.as_ref().map_or("unknown", WorkerId::as_str),
-            method = %self.method,
-            path = %self.path,
-            status = %status,
-            bytes_up = up,
-            bytes_down = self.down,
-            // To the microsecond: at most 3 decimals, never a float's noise.
-            duration_ms = took.as_micros() as f64 / 1000.0,
-            end = %self.end,
-            peer = %Peer(self.peer),
-            "access"
-        );
+        let record = AccessRecord {
+            worker: self.worker.as_ref().map_or("unknown", WorkerId::as_str),
+            method: self.method.as_str(),
+            path: &self.path,
+            status,
+            bytes_up: up,
+            bytes_down: self.down,
+            duration: took,
+            end: self.end,
+            peer: self.peer,
+        };
+        match &self.log {
+            Some(log) => log.record(&record),
+            None => record.trace(),
+        }
     }
 }
 
@@ -220,85 +224,4 @@ fn logged_path(path: &str) -> &str {
         cut -= 1;
     }
     &path[..cut]
-}
-
-/// A caller's address in the access line, `-` if unknown.
-struct Peer(Option<SocketAddr>);
-
-impl std::fmt::Display for Peer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            // What `SocketAddr` writes, in one piece: its own `Display`
-            // formats each number through `fmt`, a line per request.
-            Some(SocketAddr::V4(p)) => {
-                let mut text = [0u8; 21]; // 255.255.255.255:65535
-                let mut len = 0;
-                for (i, octet) in p.ip().octets().into_iter().enumerate() {
-                    if i > 0 {
-                        text[len] = b'.';
-                        len += 1;
-                    }
-                    len += decimal(octet.into(), &mut text[len..]);
-                }
-                text[len] = b':';
-                len += 1;
-                len += decimal(p.port().into(), &mut text[len..]);
-                f.pad(std::str::from_utf8(&text[..len]).map_err(|_| std::fmt::Error)?)
-            }
-            Some(p) => p.fmt(f),
-            None => f.write_str("-"),
-        }
-    }
-}
-
-/// Writes `n` (below 100,000) in decimal at the start of `out`; its length.
-fn decimal(n: u32, out: &mut [u8]) -> usize {
-    let mut digits = [0u8; 5];
-    let (mut n, mut len) = (n, 0);
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for (slot, digit) in out.iter_mut().zip(digits[..len].iter().rev()) {
-        *slot = *digit;
-    }
-    len
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_peer_is_written_as_its_socket_address_writes_itself() {
-        let mut n: u64 = 7;
-        let mut next = || {
-            // A fixed sequence (no seed): octets and ports of every length.
-            n = n
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            n >> 16
-        };
-        let mut peers: Vec<SocketAddr> = vec![
-            "0.0.0.0:0".parse().unwrap(),
-            "255.255.255.255:65535".parse().unwrap(),
-            "127.0.0.1:50474".parse().unwrap(),
-            "10.0.0.9:8".parse().unwrap(),
-            "[::1]:8080".parse().unwrap(),
-            "[fe80::1%2]:1".parse().unwrap(),
-        ];
-        for _ in 0..2000 {
-            let (ip, port) = (next() as u32, next() as u16);
-            let ip = std::net::Ipv4Addr::from(ip >> (next() % 4 * 8));
-            peers.push(SocketAddr::from((ip, port >> (next() % 16))));
-        }
-        for p in peers {
-            assert_eq!(Peer(Some(p)).to_string(), p.to_string());
-        }
-        assert_eq!(Peer(None).to_string(), "-");
-    }
 }

@@ -100,6 +100,7 @@
 
 mod accept;
 mod access;
+mod access_log;
 mod authorize;
 mod body;
 mod forget;
@@ -121,6 +122,7 @@ mod upload;
 
 pub use accept::{Admission, AttachError};
 pub use access::ACCESS_TARGET;
+pub use access_log::{AccessLog, AccessRecord};
 pub use authorize::{AuthorizeFuture, Presented};
 pub use body::GatewayBody;
 pub use forget::FORGET_AFTER;
@@ -195,6 +197,9 @@ struct Inner {
     draining: std::sync::atomic::AtomicBool,
     /// One clone per worker connection's task, alive until it ends.
     alive: Arc<()>,
+    /// Where each request's access record goes; `None`: the `tracing`
+    /// event.
+    access_log: Option<Arc<dyn AccessLog>>,
     /// The per-worker metric handles.
     #[cfg(feature = "metrics")]
     meters: meters::Meters,
@@ -220,6 +225,7 @@ pub struct GatewayBuilder {
     authorize: Option<authorize::Authorizer>,
     authorize_timeout: Duration,
     forget_after: Duration,
+    access_log: Option<Arc<dyn AccessLog>>,
 }
 
 impl GatewayBuilder {
@@ -461,6 +467,36 @@ impl GatewayBuilder {
         self
     }
 
+    /// Where each forwarded request's [`AccessRecord`] goes when its
+    /// response is over (default: [`AccessRecord::trace`], the `tracing`
+    /// event at [`ACCESS_TARGET`]). The metrics are recorded either way.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use worker_relay::connect::TokenTable;
+    /// use worker_relay_hyper::gateway::{AccessLog, AccessRecord, Gateway};
+    ///
+    /// /// Counts each worker's answers by status, and logs as before.
+    /// #[derive(Default)]
+    /// struct Tally(Mutex<Vec<(String, String)>>);
+    ///
+    /// impl AccessLog for Tally {
+    ///     fn record(&self, r: &AccessRecord<'_>) {
+    ///         self.0.lock().unwrap().push((r.worker.into(), r.status.into()));
+    ///         r.trace();
+    ///     }
+    /// }
+    ///
+    /// let gateway = Gateway::builder(TokenTable::new())
+    ///     .access_log(Arc::new(Tally::default()))
+    ///     .build();
+    /// # drop(gateway);
+    /// ```
+    pub fn access_log(mut self, log: Arc<dyn AccessLog>) -> Self {
+        self.access_log = Some(log);
+        self
+    }
+
     /// The gateway. With the `metrics` feature, its metrics are described
     /// (help texts, units) to the recorder installed now: install one
     /// first.
@@ -488,6 +524,7 @@ impl GatewayBuilder {
                 forgetting: forget::Forgetting::new(self.forget_after),
                 draining: Default::default(),
                 alive: Arc::new(()),
+                access_log: self.access_log,
                 #[cfg(feature = "metrics")]
                 meters: Default::default(),
                 registry: Registry::new(
@@ -536,6 +573,7 @@ impl Gateway {
             authorize: None,
             authorize_timeout: Duration::from_secs(5),
             forget_after: FORGET_AFTER,
+            access_log: None,
         }
     }
 
