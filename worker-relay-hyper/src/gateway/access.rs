@@ -59,12 +59,18 @@ pub(super) struct Access {
 }
 
 impl Access {
-    pub fn new(parts: &http::request::Parts, inner: &std::sync::Arc<super::Inner>) -> Access {
+    /// `peer`: the caller's address if the service was told it for its
+    /// connection; else the request's [`PeerAddr`](crate::PeerAddr), if any.
+    pub fn new(
+        parts: &http::request::Parts,
+        inner: &std::sync::Arc<super::Inner>,
+        peer: Option<SocketAddr>,
+    ) -> Access {
         Access {
             worker: None,
             method: parts.method.clone(),
             path: logged_path(parts.uri.path()).to_owned(),
-            peer: parts.extensions.get::<crate::PeerAddr>().map(|p| p.0),
+            peer: peer.or_else(|| parts.extensions.get::<crate::PeerAddr>().map(|p| p.0)),
             start: Instant::now(),
             status: 0,
             stream: false,

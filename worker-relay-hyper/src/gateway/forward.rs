@@ -38,6 +38,7 @@ use worker_relay::rt::{RelayError, RequestSink, ResponseFuture};
 pub(super) fn forward<B>(
     inner: Arc<Inner>,
     req: Request<B>,
+    peer: Option<std::net::SocketAddr>,
 ) -> impl std::future::Future<Output = Response<GatewayBody>> + Send + 'static
 where
     B: Body + Send + 'static,
@@ -49,7 +50,7 @@ where
         // Recorded when the response is over, or when this future is
         // dropped before it (the caller left). Boxed: the response body
         // keeps it.
-        let mut access = Box::new(Access::new(&parts, &inner));
+        let mut access = Box::new(Access::new(&parts, &inner, peer));
         let mut body = Some(Counted::new(Box::pin(body), access.up.clone()));
         let resp = forward_parts(&inner, &mut parts, &mut body, &mut access).await;
         if let Some(unread) = body.filter(|b| !b.is_end_stream()) {

@@ -639,7 +639,7 @@ impl Gateway {
         B::Data: Send,
         B::Error: Into<BoxError>,
     {
-        forward::forward(self.inner.clone(), req)
+        forward::forward(self.inner.clone(), req, None)
     }
 
     /// [`forward_request`](Self::forward_request) for a host whose request
@@ -671,7 +671,7 @@ impl Gateway {
         } else {
             local::LocalBody::spawn(stream)
         };
-        forward::forward(self.inner.clone(), Request::from_parts(parts, body))
+        forward::forward(self.inner.clone(), Request::from_parts(parts, body), None)
     }
 
     /// The connection of `worker`, if it is connected.

@@ -24,7 +24,10 @@ impl Gateway {
 
     /// [`Connect`] for the connect path, [`Forward`] for everything else.
     pub fn service(&self) -> GatewayService {
-        GatewayService(self.inner.clone())
+        GatewayService {
+            inner: self.inner.clone(),
+            peer: None,
+        }
     }
 }
 
@@ -53,7 +56,23 @@ pub struct Forward(Arc<Inner>);
 /// `tower::Service`. Get it from [`Gateway::service`]; clones share the
 /// gateway.
 #[derive(Clone)]
-pub struct GatewayService(Arc<Inner>);
+pub struct GatewayService {
+    inner: Arc<Inner>,
+    /// The caller's address, when [`server::serve`](crate::server::serve)
+    /// told it for the whole connection (rather than as a
+    /// [`PeerAddr`](crate::PeerAddr) extension on each request: a map of
+    /// three allocations per request).
+    peer: Option<std::net::SocketAddr>,
+}
+
+impl GatewayService {
+    /// This connection's caller is `peer` (the server's accept loop, once
+    /// per connection).
+    #[cfg(feature = "server")]
+    pub(crate) fn set_connection_peer(&mut self, peer: std::net::SocketAddr) {
+        self.peer = Some(peer);
+    }
+}
 
 impl std::fmt::Debug for Connect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,7 +131,7 @@ where
 
     fn call(&mut self, req: Request<B>) -> ResponseFuture {
         Box::pin(Infallibly {
-            answer: forward::forward(self.0.clone(), req),
+            answer: forward::forward(self.0.clone(), req, None),
         })
     }
 }
@@ -132,13 +151,20 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<B>) -> ResponseFuture {
-        let inner = self.0.clone();
+    fn call(&mut self, mut req: Request<B>) -> ResponseFuture {
+        let inner = self.inner.clone();
         if ConnectTarget::parse(&inner.connect_path, req.uri().path()).is_some() {
+            // A worker's handshake (rare) reads the peer where any host's
+            // does.
+            if let Some(peer) = self.peer {
+                if req.extensions().get::<crate::PeerAddr>().is_none() {
+                    req.extensions_mut().insert(crate::PeerAddr(peer));
+                }
+            }
             Box::pin(async move { Ok(hyper_upgrade::accept(&inner, req).await) })
         } else {
             Box::pin(Infallibly {
-                answer: forward::forward(inner, req),
+                answer: forward::forward(inner, req, self.peer),
             })
         }
     }

@@ -285,7 +285,7 @@ async fn a_connected_worker_is_not_forgotten() {
 #[test]
 fn a_requests_future_stays_within_the_allocators_thread_cache() {
     let gateway = Gateway::builder(TokenTable::new()).build();
-    let forward = super::forward::forward(gateway.inner.clone(), get("abc"));
+    let forward = super::forward::forward(gateway.inner.clone(), get("abc"), None);
     let size = std::mem::size_of_val(&forward);
     assert!(size <= 1024, "forward's future: {size} bytes");
     let mut service = gateway.forward();
@@ -308,6 +308,7 @@ fn a_requests_future_stays_within_the_allocators_thread_cache() {
     let big = super::forward::forward(
         gateway.inner.clone(),
         Request::from_parts(parts, Big([0; 256])),
+        None,
     );
     let size = std::mem::size_of_val(&big);
     assert!(

@@ -316,7 +316,9 @@ fn spawn_connection<S, B>(
     B::Error: Into<BoxError>,
 {
     let _ = stream.set_nodelay(true);
-    let service = Counted::new(service.clone(), connection);
+    let mut service = service.clone();
+    let told = peer::tell(&mut service, peer);
+    let service = Counted::new(service, connection);
     let config = config.clone();
     tokio::spawn(async move {
         // What waits to be sent stays with the application's scheduler (the
@@ -331,14 +333,16 @@ fn spawn_connection<S, B>(
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.rustls_config());
             let handshake = saturate(config.header_read_timeout);
             match tokio::time::timeout(handshake, acceptor.accept(io)).await {
-                Ok(Ok(io)) => serve_connection(io, peer, service, &config, stop, one_request).await,
+                Ok(Ok(io)) => {
+                    serve_connection(io, (peer, told), service, &config, stop, one_request).await
+                }
                 Ok(Err(e)) => tracing::debug!("TLS handshake with {peer} failed: {e}"),
                 Err(_) => tracing::debug!("TLS handshake with {peer} timed out"),
             }
             drop(permit);
             return;
         }
-        serve_connection(io, peer, service, &config, stop, one_request).await;
+        serve_connection(io, (peer, told), service, &config, stop, one_request).await;
         drop(permit);
     });
 }
@@ -347,7 +351,7 @@ fn spawn_connection<S, B>(
 /// first bytes say, which must come within the header-read timeout.
 async fn serve_connection<I, S, B>(
     io: I,
-    peer: SocketAddr,
+    (peer, told): (SocketAddr, bool),
     service: S,
     config: &ServerConfig,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -374,7 +378,7 @@ async fn serve_connection<I, S, B>(
         Err(_) => return tracing::debug!("{peer} sent no request in time"),
     };
     let io = TokioIo::new(io);
-    let service = WithPeer::new(service, peer);
+    let service = WithPeer::new(service, peer, told);
     let served = match protocol {
         Protocol::Http1 => {
             let service = TowerToHyperService::new(service);

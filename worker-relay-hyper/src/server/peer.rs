@@ -11,12 +11,35 @@ use crate::PeerAddr;
 pub(super) struct WithPeer<S> {
     inner: S,
     peer: SocketAddr,
+    /// Each request gets its [`PeerAddr`]: `S` was not told the peer
+    /// otherwise ([`tell`]).
+    mark: bool,
 }
 
 impl<S> WithPeer<S> {
-    pub fn new(inner: S, peer: SocketAddr) -> WithPeer<S> {
-        WithPeer { inner, peer }
+    /// `told`: what [`tell`] answered for `inner`'s service.
+    pub fn new(inner: S, peer: SocketAddr, told: bool) -> WithPeer<S> {
+        WithPeer {
+            inner,
+            peer,
+            mark: !told,
+        }
     }
+}
+
+/// Tells `service` its connection's `peer` if it is the gateway's own
+/// service, which then needs no extension map (three allocations) on each
+/// request; true if it was told.
+pub(super) fn tell<S: 'static>(service: &mut S, peer: SocketAddr) -> bool {
+    #[cfg(feature = "gateway")]
+    if let Some(g) =
+        (service as &mut dyn std::any::Any).downcast_mut::<crate::gateway::GatewayService>()
+    {
+        g.set_connection_peer(peer);
+        return true;
+    }
+    let _ = (service, peer);
+    false
 }
 
 impl<S, B> tower::Service<Request<B>> for WithPeer<S>
@@ -32,7 +55,9 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> S::Future {
-        req.extensions_mut().insert(PeerAddr(self.peer));
+        if self.mark {
+            req.extensions_mut().insert(PeerAddr(self.peer));
+        }
         self.inner.call(req)
     }
 }
