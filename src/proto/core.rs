@@ -97,7 +97,10 @@ impl Core {
         wants_read: bool,
         wanted: &dyn Fn(&str, u64) -> bool,
     ) -> Result<Input, HandleError> {
-        self.advance(now);
+        // Never earlier than the machine's time: a driver stamps what it
+        // reads in a pass with the pass's time, and a handle may have
+        // advanced the machine since.
+        let now = self.advance(now);
         if self.closed {
             return Ok(Input::Nothing);
         }

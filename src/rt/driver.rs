@@ -273,7 +273,7 @@ where
         if closed {
             return self.poll_closing(shared, cx, progress);
         }
-        progress |= match self.receive(shared, cx) {
+        progress |= match self.receive(shared, cx, now) {
             Ok(moved) => moved,
             Err(done) => return done,
         };
@@ -384,16 +384,20 @@ where
     /// Once a read has answered `Pending`, the socket is read again only
     /// when its waker has fired (`read_gate.rs`), not on every wake-up of
     /// the driver.
+    ///
+    /// What is read in a pass is taken at the pass's time, `now`: a clock
+    /// read per pass, not per message (a small request's answer is three).
     fn receive<Sh: SharedState>(
         &mut self,
         shared: &Mutex<Sh>,
         cx: &mut Context<'_>,
+        now: Instant,
     ) -> Result<bool, Pass<E>> {
         let mut progress = false;
         let mut wants = {
             let mut sh = lock(shared);
             if let Some(msg) = self.held.take() {
-                progress |= self.feed(sh.conn(), msg);
+                progress |= self.feed(sh.conn(), msg, now);
             }
             sh.conn().wants_read()
         };
@@ -409,7 +413,7 @@ where
             match read {
                 Poll::Ready(Some(Ok(msg))) => {
                     let mut sh = lock(shared);
-                    progress |= self.feed(sh.conn(), msg);
+                    progress |= self.feed(sh.conn(), msg, now);
                     wants = sh.conn().wants_read();
                 }
                 Poll::Ready(Some(Err(e))) => return Err(self.fail(shared, e)),
@@ -427,12 +431,12 @@ where
     /// Feeds one message to the machine, or holds it if the machine has
     /// paused reading since it last said it wanted to read. True if the
     /// machine took it.
-    fn feed<M: Machine>(&mut self, m: &mut M, msg: Message) -> bool {
+    fn feed<M: Machine>(&mut self, m: &mut M, msg: Message, now: Instant) -> bool {
         if !m.wants_read() {
             self.held = Some(msg);
             return false;
         }
-        match m.handle_message(msg, self.timer.now()) {
+        match m.handle_message(msg, now) {
             Ok(()) => true,
             Err(HandleError::ReadPaused(msg)) => {
                 self.held = Some(msg);

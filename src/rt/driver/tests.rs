@@ -11,12 +11,15 @@ use crate::rt::{BodyError, Sleep};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::task::Waker;
+use std::time::Duration;
 
 /// A machine that records what it is fed and wants to read while `wants`.
 #[derive(Default)]
 struct Script {
     wants: bool,
     fed: Vec<Message>,
+    /// The time each message was fed at.
+    fed_at: Vec<Instant>,
     /// Messages to transmit, in order.
     out: VecDeque<Message>,
     /// Every chunk size the driver set.
@@ -25,11 +28,12 @@ struct Script {
 
 impl Machine for Script {
     const SERVER: bool = true;
-    fn handle_message(&mut self, msg: Message, _: Instant) -> Result<(), HandleError> {
+    fn handle_message(&mut self, msg: Message, now: Instant) -> Result<(), HandleError> {
         if !self.wants {
             return Err(HandleError::ReadPaused(msg));
         }
         self.fed.push(msg);
+        self.fed_at.push(now);
         Ok(())
     }
     fn handle_lost(&mut self) {}
@@ -196,6 +200,51 @@ fn a_message_read_after_a_pause_is_held_then_fed_first_in_order() {
         shared.lock().unwrap().conn.fed,
         (0..5).map(text).collect::<Vec<_>>()
     );
+}
+
+/// A clock that moves a millisecond at every reading, and counts them.
+#[derive(Default)]
+struct Ticking(Mutex<(Option<Instant>, usize)>);
+
+impl Timer for Ticking {
+    fn now(&self) -> Instant {
+        let mut t = self.0.lock().unwrap();
+        let now =
+            t.0.map_or_else(Instant::now, |t| t + Duration::from_millis(1));
+        *t = (Some(now), t.1 + 1);
+        now
+    }
+    fn sleep_until(&self, _: Instant) -> Sleep {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[test]
+fn what_a_pass_reads_is_taken_at_the_passs_time() {
+    let shared = Arc::new(Mutex::new(Shared {
+        conn: Script {
+            wants: true,
+            ..Script::default()
+        },
+        driver: None,
+    }));
+    let socket = Scripted {
+        to_read: (0..6).map(text).collect(),
+        handed: 0,
+        pause_at: usize::MAX,
+        shared: shared.clone(),
+    };
+    let clock = Arc::new(Ticking::default());
+    let mut io = Io::new(socket, clock.clone());
+    let mut cx = noop_cx();
+
+    assert!(matches!(io.poll_io(&*shared, &mut cx), Pass::Progress));
+    let fed_at = shared.lock().unwrap().conn.fed_at.clone();
+    assert_eq!(fed_at.len(), 6);
+    // Six messages, one reading of the clock (a small request's answer is
+    // three messages: three readings each were a per-cent of the relay).
+    assert!(fed_at.iter().all(|&t| t == fed_at[0]), "{fed_at:?}");
+    assert_eq!(clock.0.lock().unwrap().1, 1, "clock readings in the pass");
 }
 
 /// A socket that takes every message at once and whose flush completes
