@@ -159,12 +159,9 @@ fn text(n: usize) -> Message {
     Message::Text(format!("m{n}"))
 }
 
-fn noop_cx() -> Context<'static> {
-    Context::from_waker(Waker::noop())
-}
-
-#[test]
-fn a_message_read_after_a_pause_is_held_then_fed_first_in_order() {
+/// A machine that wants to read, and a socket with `n` messages for it
+/// that pauses the machine before message `pause_at`.
+fn reading(n: usize, pause_at: usize) -> (Arc<Mutex<Shared>>, Scripted) {
     let shared = Arc::new(Mutex::new(Shared {
         conn: Script {
             wants: true,
@@ -173,11 +170,21 @@ fn a_message_read_after_a_pause_is_held_then_fed_first_in_order() {
         driver: None,
     }));
     let socket = Scripted {
-        to_read: (0..5).map(text).collect(),
+        to_read: (0..n).map(text).collect(),
         handed: 0,
-        pause_at: 2,
+        pause_at,
         shared: shared.clone(),
     };
+    (shared, socket)
+}
+
+fn noop_cx() -> Context<'static> {
+    Context::from_waker(Waker::noop())
+}
+
+#[test]
+fn a_message_read_after_a_pause_is_held_then_fed_first_in_order() {
+    let (shared, socket) = reading(5, 2);
     let mut io = Io::new(socket, Arc::new(NoSleep));
     let mut cx = noop_cx();
 
@@ -221,19 +228,7 @@ impl Timer for Ticking {
 
 #[test]
 fn what_a_pass_reads_is_taken_at_the_passs_time() {
-    let shared = Arc::new(Mutex::new(Shared {
-        conn: Script {
-            wants: true,
-            ..Script::default()
-        },
-        driver: None,
-    }));
-    let socket = Scripted {
-        to_read: (0..6).map(text).collect(),
-        handed: 0,
-        pause_at: usize::MAX,
-        shared: shared.clone(),
-    };
+    let (shared, socket) = reading(6, usize::MAX);
     let clock = Arc::new(Ticking::default());
     let mut io = Io::new(socket, clock.clone());
     let mut cx = noop_cx();
