@@ -6,20 +6,22 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use worker_relay::connect::TokenTable;
 use worker_relay_hyper::gateway::{AccessLog, AccessRecord, Gateway};
 use worker_relay_hyper::server::{serve, ServerConfig};
 
-/// The records' peers and statuses.
-#[derive(Default)]
-struct Seen(Mutex<Vec<(Option<SocketAddr>, String, String)>>);
+/// A record's peer, status and path.
+type Entry = (Option<SocketAddr>, String, String);
+
+/// Sends each record's entry to the test as it is made.
+struct Seen(Mutex<tokio::sync::mpsc::UnboundedSender<Entry>>);
 
 impl AccessLog for Seen {
     fn record(&self, r: &AccessRecord<'_>) {
         let entry = (r.peer, r.status.to_owned(), r.path.to_owned());
-        self.0.lock().unwrap().push(entry);
+        let _ = self.0.lock().unwrap().send(entry);
     }
 }
 
@@ -71,19 +73,27 @@ async fn answer(conn: &mut tokio::net::TcpStream) -> Vec<u8> {
     }
 }
 
-async fn records_of(seen: &Seen, n: usize) -> Vec<(Option<SocketAddr>, String, String)> {
-    let end = Instant::now() + Duration::from_secs(5);
-    while seen.0.lock().unwrap().len() < n && Instant::now() < end {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+/// The next `n` records, each as soon as it is made.
+async fn records_of(
+    seen: &mut tokio::sync::mpsc::UnboundedReceiver<Entry>,
+    n: usize,
+) -> Vec<Entry> {
+    let mut records = Vec::new();
+    for _ in 0..n {
+        let entry = tokio::time::timeout(Duration::from_secs(5), seen.recv())
+            .await
+            .expect("a record in time")
+            .expect("the gateway keeps its log");
+        records.push(entry);
     }
-    seen.0.lock().unwrap().clone()
+    records
 }
 
 #[tokio::test]
 async fn each_record_names_the_callers_address_served_either_way() {
     for whole in [true, false] {
-        let seen = Arc::new(Seen::default());
-        let gateway = gateway(&seen);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let gateway = gateway(&Arc::new(Seen(Mutex::new(tx))));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = if whole {
@@ -92,7 +102,7 @@ async fn each_record_names_the_callers_address_served_either_way() {
             tokio::spawn(serve(listener, gateway.forward(), ServerConfig::default()))
         };
         let me = three_requests(addr).await;
-        let records = records_of(&seen, 3).await;
+        let records = records_of(&mut rx, 3).await;
         assert_eq!(records.len(), 3, "{records:?}");
         for (i, (peer, status, path)) in records.iter().enumerate() {
             assert_eq!(*peer, Some(me), "served whole: {whole}");
