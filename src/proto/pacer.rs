@@ -141,6 +141,18 @@ impl SendPacer {
 
     /// `n` bytes (one message) were handed to the socket at `now`.
     pub fn on_sent(&mut self, n: usize, now: Instant) {
+        self.on_sent_at(n, || now);
+    }
+
+    /// [`on_sent`](Self::on_sent), the clock read only if the time is
+    /// needed: by the first message of a batch (the rest of the batch goes
+    /// without a reading, as one sender's many small answers do).
+    pub fn on_sent_at(&mut self, n: usize, clock: impl FnOnce() -> Instant) {
+        if self.window.is_some() && self.unflushed > 0 {
+            self.unflushed = self.unflushed.saturating_add(n);
+            return;
+        }
+        let now = clock();
         if self.window.is_none() {
             self.window = Some((now, 0, false));
             if self
@@ -458,5 +470,41 @@ mod tests {
         assert_eq!(p.unflushed(), MIN_CHUNK + 100);
         p.on_flushed(now);
         assert_eq!(p.unflushed(), 0);
+    }
+
+    #[test]
+    fn the_clock_is_read_once_a_batch_and_the_pacer_ends_the_same() {
+        // Batches of 1 to 6 messages of 1 KiB to 40 KiB, some waiting on
+        // the socket, some after a pause: each message told at its own
+        // time to one pacer, and with a clock to the other.
+        let (mut told, mut lazy) = (SendPacer::new(1 << 20), SendPacer::new(1 << 20));
+        let mut now = Instant::now();
+        let (mut reads, mut batches) = (0, 0);
+        for round in 0..200usize {
+            batches += 1;
+            for m in 0..1 + round % 6 {
+                let n = 1024 * (1 + (round * 7 + m * 13) % 40);
+                now += Duration::from_micros(3);
+                told.on_sent(n, now);
+                lazy.on_sent_at(n, || {
+                    reads += 1;
+                    now
+                });
+            }
+            if round % 5 == 0 {
+                told.on_blocked();
+                lazy.on_blocked();
+            }
+            now += Duration::from_micros(if round % 9 == 0 { 60_000 } else { 200 });
+            told.on_flushed(now);
+            lazy.on_flushed(now);
+            if round % 4 == 0 {
+                told.on_idle();
+                lazy.on_idle();
+            }
+            assert_eq!(format!("{told:?}"), format!("{lazy:?}"), "round {round}");
+        }
+        assert_eq!(reads, batches);
+        assert!(told.chunk_size() > MIN_CHUNK, "the sequence grew the chunk");
     }
 }

@@ -348,7 +348,7 @@ where
                 if let Err(e) = Pin::new(&mut self.socket).start_send(msg) {
                     return Err(self.fail(shared, e));
                 }
-                self.pacer.on_sent(len, self.timer.now());
+                self.pacer.on_sent_at(len, || self.timer.now());
                 self.flushed = false;
                 progress = true;
             }
