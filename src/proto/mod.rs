@@ -53,7 +53,7 @@ mod error;
 mod inbound;
 mod keepalive;
 mod length;
-mod local_map;
+pub(crate) mod local_map;
 mod outbound;
 pub mod pacer;
 mod relay;

@@ -8,6 +8,7 @@ use super::side::{self, lock, poll_body, BodySink, DriverCore, SharedState, Wake
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{Message, RequestHead, ResponseHead};
+use crate::proto::local_map::LocalMap;
 use crate::proto::{
     CloseCause, FinishError, OpenError, RelayConfig, RelayConnection, RelayEnd, RelayEvent, Stats,
     StreamKey,
@@ -15,7 +16,6 @@ use crate::proto::{
 use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
-use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -96,7 +96,8 @@ struct Slot {
 
 struct Shared {
     conn: RelayConnection,
-    slots: HashMap<StreamKey, Slot>,
+    /// Keyed by this side's own keys: the cheap hasher.
+    slots: LocalMap<StreamKey, Slot>,
     driver: Option<Waker>,
     overflow: Arc<dyn Overflow>,
     /// What the streams' stores completed.
@@ -364,7 +365,7 @@ where
     let clock: Arc<dyn Timer> = Arc::new(timer);
     let shared = Arc::new(Mutex::new(Shared {
         conn: RelayConnection::new(config),
-        slots: HashMap::new(),
+        slots: LocalMap::default(),
         driver: None,
         overflow,
         io: Io::default(),

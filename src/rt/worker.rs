@@ -6,13 +6,14 @@ use super::side::{self, lock, poll_body, BodySink, DriverCore, SharedState, Wake
 use super::timer::Timer;
 use super::BodyError;
 use crate::frame::{CloseCode, Message, RequestHead, ResponseHead, StreamId};
+use crate::proto::local_map::LocalMap;
 use crate::proto::{
     RespondError, Stats, StreamKey, WorkerConfig, WorkerConnection, WorkerEnd, WorkerEvent,
 };
 use bytes::Bytes;
 use futures_core::Stream;
 use futures_sink::Sink;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -28,7 +29,8 @@ struct Slot {
 
 struct Shared {
     conn: WorkerConnection,
-    slots: HashMap<StreamKey, Slot>,
+    /// Keyed by this side's own keys: the cheap hasher.
+    slots: LocalMap<StreamKey, Slot>,
     incoming: VecDeque<(StreamKey, StreamId, RequestHead)>,
     incoming_waker: Option<Waker>,
     driver: Option<Waker>,
@@ -151,7 +153,7 @@ where
     let clock: Arc<dyn Timer> = Arc::new(timer);
     let shared = Arc::new(Mutex::new(Shared {
         conn: WorkerConnection::new(config),
-        slots: HashMap::new(),
+        slots: LocalMap::default(),
         incoming: VecDeque::new(),
         incoming_waker: None,
         driver: None,
