@@ -159,38 +159,168 @@ pub(crate) mod worker {
         );
     }
 
-    /// A request is being served; the guard counts it open until dropped.
-    pub fn stream_open() -> StreamGuard {
-        record!(metrics::gauge!("worker_relay_worker_streams_open").increment(1.0));
-        StreamGuard(())
+    /// A connection's per-request meters: the handles registered once,
+    /// with the recorder installed when the connection opened, rather than
+    /// a key (and its label list) built and looked up for every request.
+    /// Cloned into each request's task: one shared set per connection.
+    #[derive(Clone, Default)]
+    pub struct Meters {
+        #[cfg(feature = "metrics")]
+        inner: std::sync::Arc<Inner>,
     }
 
-    /// Counts a request open on the worker while it lives.
-    pub struct StreamGuard(());
+    #[cfg(feature = "metrics")]
+    struct Inner {
+        open: metrics::Gauge,
+        up: metrics::Counter,
+        down: metrics::Counter,
+        /// `worker_relay_worker_requests_total` by status, as they come.
+        requests: std::sync::Mutex<Vec<(Box<str>, metrics::Counter)>>,
+    }
 
-    impl Drop for StreamGuard {
-        fn drop(&mut self) {
-            record!(metrics::gauge!("worker_relay_worker_streams_open").decrement(1.0));
+    #[cfg(feature = "metrics")]
+    impl Default for Inner {
+        fn default() -> Inner {
+            Inner {
+                open: metrics::gauge!("worker_relay_worker_streams_open"),
+                up: metrics::counter!("worker_relay_worker_bytes_total", "direction" => "up"),
+                down: metrics::counter!("worker_relay_worker_bytes_total", "direction" => "down"),
+                requests: std::sync::Mutex::new(Vec::new()),
+            }
         }
     }
 
-    /// A request was answered with `status` (a number, or `aborted` for a
-    /// response that failed after it started).
-    pub fn request(status: &str) {
-        let _ = status;
-        record!(
-            metrics::counter!("worker_relay_worker_requests_total", "status" => status.to_owned())
-                .increment(1)
-        );
+    /// The most statuses a connection keeps a handle for; an app that
+    /// answers with more distinct ones has the rest looked up each time.
+    #[cfg(feature = "metrics")]
+    const STATUSES_KEPT: usize = 32;
+
+    impl Meters {
+        /// Handles on the recorder installed now.
+        pub fn new() -> Meters {
+            Meters::default()
+        }
+
+        /// A request is being served; the guard counts it open until
+        /// dropped.
+        pub fn stream_open(&self) -> StreamGuard {
+            #[cfg(feature = "metrics")]
+            {
+                self.inner.open.increment(1.0);
+                StreamGuard(self.inner.open.clone())
+            }
+            #[cfg(not(feature = "metrics"))]
+            StreamGuard(())
+        }
+
+        /// A request was answered with `status` (a number, or `aborted`
+        /// for a response that failed after it started).
+        pub fn request(&self, status: &str) {
+            let _ = status;
+            #[cfg(feature = "metrics")]
+            {
+                let mut kept = self
+                    .inner
+                    .requests
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if let Some((_, c)) = kept.iter().find(|(s, _)| &**s == status) {
+                    return c.increment(1);
+                }
+                let counter = metrics::counter!("worker_relay_worker_requests_total", "status" => status.to_owned());
+                counter.increment(1);
+                if kept.len() < STATUSES_KEPT {
+                    kept.push((status.into(), counter));
+                }
+            }
+        }
+
+        /// Body bytes: `up` from the relay (requests).
+        pub fn bytes_up(&self, n: u64) {
+            let _ = n;
+            #[cfg(feature = "metrics")]
+            if n > 0 {
+                self.inner.up.increment(n);
+            }
+        }
+
+        /// Body bytes: `down` to the relay (responses).
+        pub fn bytes_down(&self, n: u64) {
+            let _ = n;
+            #[cfg(feature = "metrics")]
+            if n > 0 {
+                self.inner.down.increment(n);
+            }
+        }
     }
 
-    /// Body bytes: `up` from the relay (requests), `down` to it.
-    pub fn bytes(direction: &'static str, n: u64) {
-        let _ = (direction, n);
-        record!(if n > 0 {
-            metrics::counter!("worker_relay_worker_bytes_total", "direction" => direction)
-                .increment(n)
-        });
+    /// Counts a request open on the worker while it lives.
+    pub struct StreamGuard(
+        #[cfg(feature = "metrics")] metrics::Gauge,
+        #[cfg(not(feature = "metrics"))] (),
+    );
+
+    impl Drop for StreamGuard {
+        fn drop(&mut self) {
+            #[cfg(feature = "metrics")]
+            self.0.decrement(1.0);
+        }
+    }
+
+    #[cfg(all(test, feature = "metrics"))]
+    mod tests {
+        use super::*;
+        use crate::observe::test_recorder::Counts;
+
+        #[test]
+        fn a_connections_meters_count_every_request_and_byte() {
+            let counts = Counts::default();
+            let m = metrics::with_local_recorder(&counts, || {
+                let m = Meters::new();
+                for s in 100..200 {
+                    m.request(&s.to_string());
+                    m.request("200");
+                    m.bytes_up(s);
+                    m.bytes_down(2 * s);
+                }
+                m.bytes_up(0);
+                // Clones share the handles.
+                let c = m.clone();
+                c.request("aborted");
+                m.request("aborted");
+                m
+            });
+            assert_eq!(m.inner.requests.lock().unwrap().len(), STATUSES_KEPT);
+            assert_eq!(
+                counts.get("worker_relay_worker_requests_total{status=200}"),
+                100
+            );
+            for s in 100..200 {
+                let key = format!("worker_relay_worker_requests_total{{status={s}}}");
+                assert_eq!(counts.get(&key), 1, "{key}");
+            }
+            let sum: u64 = (100..200).sum();
+            assert_eq!(
+                counts.get("worker_relay_worker_bytes_total{direction=up}"),
+                sum
+            );
+            assert_eq!(
+                counts.get("worker_relay_worker_bytes_total{direction=down}"),
+                2 * sum
+            );
+            assert_eq!(
+                counts.get("worker_relay_worker_requests_total{status=aborted}"),
+                2
+            );
+            // 100..=199, `200` and `aborted`; two byte series.
+            assert_eq!(counts.series(), 102 + 2);
+            // A kept handle still counts once the recorder is out of scope.
+            m.request("100");
+            assert_eq!(
+                counts.get("worker_relay_worker_requests_total{status=100}"),
+                2
+            );
+        }
     }
 }
 
@@ -243,5 +373,59 @@ impl<B: Body + Unpin> Body for Counted<B> {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// A recorder for tests: every counter's count by its name and labels
+/// (`name{k=v,…}`), gauges and histograms dropped.
+#[cfg(all(test, feature = "metrics"))]
+pub(crate) mod test_recorder {
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default)]
+    pub struct Counts(Mutex<HashMap<String, Arc<AtomicU64>>>);
+
+    impl Counts {
+        /// The count of `name{labels}` (0 if never registered).
+        pub fn get(&self, key: &str) -> u64 {
+            self.0
+                .lock()
+                .unwrap()
+                .get(key)
+                .map_or(0, |c| c.load(Ordering::Relaxed))
+        }
+
+        /// How many series were registered.
+        pub fn series(&self) -> usize {
+            self.0.lock().unwrap().len()
+        }
+    }
+
+    impl Recorder for Counts {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            let labels: Vec<String> = key
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let name = format!("{}{{{}}}", key.name(), labels.join(","));
+            Counter::from_arc(self.0.lock().unwrap().entry(name).or_default().clone())
+        }
+
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
     }
 }

@@ -10,6 +10,8 @@ use std::time::Duration;
 use worker_relay::frame::RequestHead;
 use worker_relay::rt::{BodyError, RequestBody};
 
+use crate::observe::worker::Meters;
+
 /// A request body as it arrives from the relay: an `http_body::Body` of
 /// [`Bytes`]. It fails with [`BodyError`] if the caller goes away or the
 /// relay breaks the request's Content-Length. Dropping it discards the
@@ -31,6 +33,7 @@ pub struct TunnelBody {
     /// The declared Content-Length, less what has arrived.
     remaining: Option<u64>,
     done: bool,
+    meters: Meters,
 }
 
 /// The longest a request without Content-Length waits for its first piece
@@ -42,20 +45,30 @@ pub const PEEK_WAIT: Duration = Duration::from_secs(1);
 impl TunnelBody {
     /// The body of `head`'s request, its first piece or end read ahead if
     /// it has no Content-Length (see [`PEEK_WAIT`]).
-    pub(super) async fn new(body: RequestBody, head: &RequestHead) -> TunnelBody {
+    pub(super) async fn new(body: RequestBody, head: &RequestHead, meters: Meters) -> TunnelBody {
         let remaining = head.headers().content_length().ok().flatten();
         let mut body = TunnelBody {
             body,
             first: None,
             done: remaining == Some(0),
             remaining,
+            meters,
         };
         if body.remaining.is_none() {
-            let next = poll_fn(|cx| Pin::new(&mut body.body).poll_next(cx));
-            match tokio::time::timeout(PEEK_WAIT, next).await {
-                Ok(None) => (body.done, body.remaining) = (true, Some(0)),
-                Ok(Some(first)) => body.first = Some(first),
-                Err(_) => {} // nothing yet: the length stays unknown
+            // Most often here already (a bodiless request's end comes
+            // with its head): then no timer and no clock reading.
+            let first =
+                match poll_fn(|cx| Poll::Ready(Pin::new(&mut body.body).poll_next(cx))).await {
+                    Poll::Ready(item) => Some(item),
+                    Poll::Pending => {
+                        let next = poll_fn(|cx| Pin::new(&mut body.body).poll_next(cx));
+                        tokio::time::timeout(PEEK_WAIT, next).await.ok()
+                    }
+                };
+            match first {
+                Some(None) => (body.done, body.remaining) = (true, Some(0)),
+                Some(Some(first)) => body.first = Some(first),
+                None => {} // nothing yet: the length stays unknown
             }
         }
         body
@@ -68,7 +81,7 @@ impl TunnelBody {
     ) -> Option<Result<Frame<Bytes>, BodyError>> {
         match item {
             Some(Ok(data)) => {
-                crate::observe::worker::bytes("up", data.len() as u64);
+                self.meters.bytes_up(data.len() as u64);
                 if let Some(r) = &mut self.remaining {
                     *r = r.saturating_sub(data.len() as u64);
                 }

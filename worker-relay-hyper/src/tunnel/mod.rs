@@ -37,7 +37,7 @@ pub use body::{TunnelBody, PEEK_WAIT};
 pub use events::TunnelEvent;
 pub use run::{Jitter, Tunnel, TunnelEnd};
 
-use crate::observe::worker as observe;
+use crate::observe::worker::Meters;
 use crate::observe::{ByteCount, Counted};
 use crate::pump::{self, Pump, PumpEnd};
 use crate::BoxError;
@@ -119,6 +119,7 @@ where
 {
     let (mut incoming, driver) = rt::worker(socket, TokioTimer, config);
     let mut driver = pin!(driver);
+    let meters = Meters::new();
     let mut tasks = JoinSet::new();
     let mut refusals = JoinSet::new();
     let mut accepting = true;
@@ -147,7 +148,7 @@ where
                 loop {
                     match next {
                         Some(req) if draining.is_some() => {
-                            refusals.spawn(refuse(req));
+                            refusals.spawn(refuse(req, meters.clone()));
                         }
                         Some(req) => {
                             // Its first poll here, in the connection's
@@ -156,7 +157,7 @@ where
                             // no hand-off to another runtime thread and
                             // back. One that waits (for its body, an
                             // upstream, a timer) goes on its own task.
-                            let mut answer = Box::pin(handle(req, service.clone()));
+                            let mut answer = Box::pin(handle(req, service.clone(), meters.clone()));
                             if poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx).is_pending())).await {
                                 tasks.spawn(answer);
                             }
@@ -204,7 +205,7 @@ where
 }
 
 /// Answers a request that arrives while the worker drains: 503, `Retry-After: 1`.
-async fn refuse(req: rt::IncomingRequest) {
+async fn refuse(req: rt::IncomingRequest, meters: Meters) {
     let resp = Response::builder()
         .status(http::StatusCode::SERVICE_UNAVAILABLE)
         .header(http::header::RETRY_AFTER, "1")
@@ -219,10 +220,10 @@ async fn refuse(req: rt::IncomingRequest) {
     let Ok(head) = response_head_from_parts(&parts) else {
         return req.responder.fail();
     };
-    let _open = observe::stream_open();
+    let _open = meters.stream_open();
     if let Ok(sink) = req.responder.respond(head) {
-        let ok = stream_body(body, sink).await;
-        observe::request(if ok { "503" } else { "aborted" });
+        let ok = stream_body(body, sink, &meters).await;
+        meters.request(if ok { "503" } else { "aborted" });
     }
 }
 
@@ -250,26 +251,26 @@ impl Body for Text {
 }
 
 /// Answers one request with `service`.
-async fn handle<Svc, B>(req: rt::IncomingRequest, mut service: Svc)
+async fn handle<Svc, B>(req: rt::IncomingRequest, mut service: Svc, meters: Meters)
 where
     Svc: tower::Service<Request<TunnelBody>, Response = Response<B>>,
     Svc::Error: Into<BoxError>,
     B: Body,
     B::Error: Into<BoxError>,
 {
-    let _open = observe::stream_open();
+    let _open = meters.stream_open();
     let rt::IncomingRequest {
         head,
         body,
         responder,
         ..
     } = req;
-    let body = TunnelBody::new(body, &head).await;
+    let body = TunnelBody::new(body, &head, meters.clone()).await;
     let request = match request_builder(&head).map(|b| b.body(body)) {
         Ok(Ok(r)) => r,
         _ => {
             tracing::debug!("a request the http crate cannot carry: {}", head.target());
-            return answer_500(responder);
+            return answer_500(responder, &meters);
         }
     };
     let mut gone = pin!(responder.client_gone());
@@ -283,7 +284,7 @@ where
         r = answer => r,
         () = &mut gone => {
             // The caller left: drop the app's work (nginx's 499).
-            observe::request("499");
+            meters.request("499");
             return;
         }
     };
@@ -291,7 +292,7 @@ where
         Ok(r) => r,
         Err(e) => {
             tracing::warn!("the service failed: {e}; answering 500");
-            return answer_500(responder);
+            return answer_500(responder, &meters);
         }
     };
     let (parts, body) = response.into_parts();
@@ -299,29 +300,29 @@ where
         Ok(h) => h,
         Err(e) => {
             tracing::warn!("the service's response cannot be sent: {e}; answering 500");
-            return answer_500(responder);
+            return answer_500(responder, &meters);
         }
     };
     // Its text when the body is over (no allocation: a status the head
     // holds is a valid one).
     let status = http::StatusCode::from_u16(head.status()).unwrap_or(parts.status);
     let Ok(sink) = responder.respond(head) else {
-        observe::request("499");
+        meters.request("499");
         return;
     };
     // A body that produces nothing more (a long poll, an event stream)
     // would otherwise live until the connection ends after its caller left.
     let ok = tokio::select! {
-        ok = stream_body(body, sink) => ok,
+        ok = stream_body(body, sink, &meters) => ok,
         () = gone => false, // the caller left mid-body: drop the app's body
     };
-    observe::request(if ok { status.as_str() } else { "aborted" });
+    meters.request(if ok { status.as_str() } else { "aborted" });
 }
 
 /// Answers 500 (`Responder::fail`), its body counted as sent.
-fn answer_500(responder: rt::Responder) {
-    observe::request("500");
-    observe::bytes("down", worker_relay::proto::FAILED_BODY.len() as u64);
+fn answer_500(responder: rt::Responder, meters: &Meters) {
+    meters.request("500");
+    meters.bytes_down(worker_relay::proto::FAILED_BODY.len() as u64);
     responder.fail();
 }
 
@@ -329,14 +330,14 @@ fn answer_500(responder: rt::Responder) {
 /// pauses; a body error fails the response (`abort`) after what the body
 /// produced before it.
 /// Whether the body went whole.
-async fn stream_body<B>(body: B, sink: ResponseSink) -> bool
+async fn stream_body<B>(body: B, sink: ResponseSink, meters: &Meters) -> bool
 where
     B: Body,
     B::Error: Into<BoxError>,
 {
     let count = ByteCount::default();
     // Counted when this future ends or is dropped (the caller left).
-    let _down = CountOnDrop(count.clone());
+    let _down = CountOnDrop(count.clone(), meters);
     // The app may compute its body: yield, so the driver writes beside it.
     let body = pin!(body);
     let mut pump = Pump::new(Counted::new(body, count), sink).yielding(pump::YIELD_AFTER);
@@ -358,10 +359,10 @@ where
 }
 
 /// Records the response body's bytes when dropped.
-struct CountOnDrop(ByteCount);
+struct CountOnDrop<'a>(ByteCount, &'a Meters);
 
-impl Drop for CountOnDrop {
+impl Drop for CountOnDrop<'_> {
     fn drop(&mut self) {
-        observe::bytes("down", self.0.get());
+        self.1.bytes_down(self.0.get());
     }
 }
