@@ -27,9 +27,16 @@ pub(super) struct WorkerMeters {
     pub up: Counter,
     pub down: Counter,
     pub streams_open: Gauge,
-    statuses: Mutex<HashMap<String, Counter>>,
-    ends: Mutex<HashMap<&'static str, Counter>>,
+    /// By status, as they come (a short list: a scan costs less than a
+    /// hash), at most [`STATUSES_KEPT`].
+    statuses: Mutex<Vec<(Box<str>, Counter)>>,
+    /// By end reason (the gateway's few static reasons).
+    ends: Mutex<Vec<(&'static str, Counter)>>,
 }
+
+/// The most statuses a worker keeps handles for: one that answers with more
+/// distinct statuses has the rest looked up by the recorder each time.
+const STATUSES_KEPT: usize = 32;
 
 impl Meters {
     pub fn worker(&self, worker: &str) -> Arc<WorkerMeters> {
@@ -86,21 +93,68 @@ impl WorkerMeters {
     /// `worker_relay_requests_total{worker, status}`.
     pub fn request(&self, status: &str) {
         let mut statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = statuses.get(status) {
+        if let Some((_, c)) = statuses.iter().find(|(s, _)| &**s == status) {
             return c.increment(1);
         }
         let c = metrics::counter!("worker_relay_requests_total", "worker" => self.worker.clone(), "status" => status.to_owned());
         c.increment(1);
-        statuses.insert(status.to_owned(), c);
+        if statuses.len() < STATUSES_KEPT {
+            statuses.push((status.into(), c));
+        }
     }
 
     /// `worker_relay_stream_ends_total{worker, reason}`.
     pub fn stream_end(&self, reason: &'static str) {
         let mut ends = self.ends.lock().unwrap_or_else(|e| e.into_inner());
-        ends.entry(reason)
-            .or_insert_with(|| {
-                metrics::counter!("worker_relay_stream_ends_total", "worker" => self.worker.clone(), "reason" => reason)
-            })
-            .increment(1);
+        if let Some((_, c)) = ends.iter().find(|(r, _)| *r == reason) {
+            return c.increment(1);
+        }
+        let c = metrics::counter!("worker_relay_stream_ends_total", "worker" => self.worker.clone(), "reason" => reason);
+        c.increment(1);
+        ends.push((reason, c));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::test_recorder::Counts;
+
+    #[test]
+    fn every_status_and_end_is_counted_past_the_handles_kept() {
+        let counts = Counts::default();
+        let m = metrics::with_local_recorder(&counts, || {
+            let m = WorkerMeters::new("w1");
+            // 200 first, then 100 other statuses, 200 again after each.
+            m.request("200");
+            for s in 300..400 {
+                m.request(&s.to_string());
+                m.request("200");
+            }
+            for _ in 0..3 {
+                m.stream_end("completed");
+                m.stream_end("caller_gone");
+            }
+            m
+        });
+        assert_eq!(m.statuses.lock().unwrap().len(), STATUSES_KEPT);
+        assert_eq!(
+            counts.get("worker_relay_requests_total{worker=w1,status=200}"),
+            101
+        );
+        for s in 300..400 {
+            let key = format!("worker_relay_requests_total{{worker=w1,status={s}}}");
+            assert_eq!(counts.get(&key), 1, "{key}");
+        }
+        // A kept handle still counts once the recorder is out of scope.
+        m.request("301");
+        assert_eq!(
+            counts.get("worker_relay_requests_total{worker=w1,status=301}"),
+            2
+        );
+        for reason in ["completed", "caller_gone"] {
+            let key = format!("worker_relay_stream_ends_total{{worker=w1,reason={reason}}}");
+            assert_eq!(counts.get(&key), 3, "{key}");
+        }
     }
 }
