@@ -4,19 +4,20 @@
 #![allow(dead_code)] // shared by several examples and tests, each using a part
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{self, header, HeaderMap, HeaderValue, StatusCode, Uri};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::{Extension, Router};
 use bytes::Bytes;
+use futures_util::future::Either;
 use futures_util::{stream, StreamExt};
 use sha2::{Digest, Sha256};
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 use tracing::Instrument;
 use worker_relay::connect::Token;
 use worker_relay_hyper::tunnel::{Tunnel, TunnelBody, TunnelEnd};
@@ -113,18 +114,20 @@ where
 {
     // Shared, not copied per request: one copy of the secret in memory
     // rather than one freed per request (and no allocation per request).
-    middleware::from_fn_with_state(Arc::new(worker_token), authorize)
-        .layer(service)
-        .map_request(|req: http::Request<B>| req.map(Body::new))
-        // A route that answers `Failed` makes the service fail: the worker
-        // answers 500, as Strata's worker does when its app raises.
-        .map_result(|r| match r {
-            Ok(resp) if resp.extensions().get::<Failed>().is_some() => {
-                Err(BoxError::from("the app failed"))
-            }
-            Ok(resp) => Ok(resp),
-            Err(never) => match never {},
-        })
+    Authorized {
+        token: Arc::new(worker_token),
+        inner: service,
+    }
+    .map_request(|req: http::Request<B>| req.map(Body::new))
+    // A route that answers `Failed` makes the service fail: the worker
+    // answers 500, as Strata's worker does when its app raises.
+    .map_result(|r| match r {
+        Ok(resp) if resp.extensions().get::<Failed>().is_some() => {
+            Err(BoxError::from("the app failed"))
+        }
+        Ok(resp) => Ok(resp),
+        Err(never) => match never {},
+    })
 }
 
 /// The routes of the examples' contract. HEAD is served as GET without a
@@ -144,26 +147,44 @@ pub fn app() -> Router {
 
 /// Every route needs `Authorization: Bearer <worker token>` if the worker
 /// has one (401 otherwise, the body left unread); the header goes no further.
-async fn authorize(
-    State(token): State<Arc<Option<Token>>>,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    if let Some(token) = token.as_ref() {
-        let mut values = req.headers().get_all(header::AUTHORIZATION).iter();
-        let ok = match (values.next(), values.next()) {
-            (Some(v), None) => v
-                .as_bytes()
-                .strip_prefix(b"Bearer ")
-                .is_some_and(|t| token.matches(t)),
-            _ => false,
-        };
-        if !ok {
-            return plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
-        }
-        req.headers_mut().remove(header::AUTHORIZATION);
+/// (A service of its own rather than axum's `from_fn`, which boxes the
+/// request's future and a clone of the app for each request.)
+#[derive(Clone)]
+struct Authorized<S> {
+    token: Arc<Option<Token>>,
+    inner: S,
+}
+
+impl<S> Service<Request> for Authorized<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<std::future::Ready<Result<Response, Infallible>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
     }
-    next.run(req).await
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        if let Some(token) = self.token.as_ref() {
+            let mut values = req.headers().get_all(header::AUTHORIZATION).iter();
+            let ok = match (values.next(), values.next()) {
+                (Some(v), None) => v
+                    .as_bytes()
+                    .strip_prefix(b"Bearer ")
+                    .is_some_and(|t| token.matches(t)),
+                _ => false,
+            };
+            if !ok {
+                let refused = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
+                return Either::Left(std::future::ready(Ok(refused)));
+            }
+            req.headers_mut().remove(header::AUTHORIZATION);
+        }
+        Either::Right(self.inner.call(req))
+    }
 }
 
 /// Makes the service fail (see [`run`]).
