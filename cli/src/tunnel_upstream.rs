@@ -225,19 +225,88 @@ impl http_body::Body for Leased {
 
 /// Drops the hop-by-hop headers, and those the `Connection` header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<String> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|name| name.trim().to_ascii_lowercase())
-        .collect();
+    // Most requests have none (`Connection` is one): nothing to allocate.
+    if !headers.keys().any(|n| is_hop_by_hop_name(n.as_str())) {
+        return;
+    }
+    let listed = |name: &str| {
+        headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|token| token.trim().eq_ignore_ascii_case(name))
+    };
     let hop: Vec<header::HeaderName> = headers
         .keys()
-        .filter(|n| is_hop_by_hop_name(n.as_str()) || named.iter().any(|h| h == n.as_str()))
+        .filter(|n| is_hop_by_hop_name(n.as_str()) || listed(n.as_str()))
         .cloned()
         .collect();
     for name in hop {
         headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(
+                header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        m
+    }
+
+    fn names(m: &HeaderMap) -> Vec<String> {
+        let mut v: Vec<String> = m.iter().map(|(k, v)| format!("{k}: {v:?}")).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_head_without_hop_by_hop_headers_is_left_as_it_is() {
+        let before = map(&[
+            ("content-type", "text/plain"),
+            ("x-a", "1"),
+            ("x-a", "2"),
+            ("etag", "\"x\""),
+        ]);
+        let mut after = before.clone();
+        strip_hop_by_hop(&mut after);
+        assert_eq!(names(&after), names(&before));
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_lists_go_the_rest_stays() {
+        let mut m = map(&[
+            ("connection", "keep-alive, X-Listed"),
+            ("connection", " x-other ,,"),
+            ("keep-alive", "timeout=5"),
+            ("x-listed", "a"),
+            ("x-other", "b"),
+            ("x-other", "c"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("trailer", "x"),
+            ("proxy-authorization", "Basic x"),
+            ("content-type", "text/plain"),
+            ("x-kept", "listed-nowhere"),
+            ("date", "today"),
+        ]);
+        strip_hop_by_hop(&mut m);
+        assert_eq!(
+            names(&m),
+            [
+                "content-type: \"text/plain\"",
+                "date: \"today\"",
+                "x-kept: \"listed-nowhere\""
+            ]
+        );
     }
 }
