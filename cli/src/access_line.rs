@@ -73,10 +73,26 @@ pub fn write_record(out: &mut String, name: &str, r: &AccessRecord<'_>) -> fmt::
     out.push_str(" bytes_down=");
     out.push_str(number.format(r.bytes_down));
     out.push_str(" duration_ms=");
-    write_f64(out, r.duration_ms())?;
+    write_ms(out, r.duration.as_micros())?;
     out.push_str(" end=");
     out.push_str(r.end);
-    writeln!(out, " peer={}", r.peer_text())
+    out.push_str(" peer=");
+    match r.peer {
+        // As `SocketAddr` writes it, without `fmt`: the common case.
+        Some(std::net::SocketAddr::V4(a)) => {
+            for (i, octet) in a.ip().octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                out.push_str(number.format(octet));
+            }
+            out.push(':');
+            out.push_str(number.format(a.port()));
+        }
+        _ => write!(out, "{}", r.peer_text())?,
+    }
+    out.push('\n');
+    Ok(())
 }
 
 /// Writes `event`'s fields as `DefaultFields` does: the message first
@@ -163,7 +179,21 @@ fn write_f64(out: &mut dyn Write, value: f64) -> fmt::Result {
     if value.is_sign_negative() || thousandths >= 1e15 || thousandths / 1000.0 != value {
         return write!(out, "{value:?}");
     }
-    let thousandths = thousandths as u64;
+    write_thousandths(out, thousandths as u64)
+}
+
+/// `micros` µs in milliseconds, as [`write_f64`] writes `micros / 1000`
+/// (a double), without the double below 10^15 µs.
+fn write_ms(out: &mut dyn Write, micros: u128) -> fmt::Result {
+    match u64::try_from(micros) {
+        Ok(t) if t < 1_000_000_000_000_000 => write_thousandths(out, t),
+        _ => write_f64(out, micros as f64 / 1000.0),
+    }
+}
+
+/// `thousandths / 1000` with the digits `Debug` writes: the fraction without
+/// its trailing zeros, `.0` when whole.
+fn write_thousandths(out: &mut dyn Write, thousandths: u64) -> fmt::Result {
     let (whole, mut frac) = (thousandths / 1000, thousandths % 1000);
     out.write_str(itoa::Buffer::new().format(whole))?;
     out.write_char('.')?;
@@ -175,7 +205,15 @@ fn write_f64(out: &mut dyn Write, value: f64) -> fmt::Result {
         frac /= 10;
         digits -= 1;
     }
-    write!(out, "{frac:0digits$}")
+    // `frac` on `digits` places, zeros first.
+    let mut text = [b'0'; 3];
+    for place in text[..digits].iter_mut().rev() {
+        *place = b'0' + (frac % 10) as u8;
+        frac /= 10;
+    }
+    text[..digits]
+        .iter()
+        .try_for_each(|&d| out.write_char(char::from(d)))
 }
 
 #[cfg(test)]
@@ -305,7 +343,9 @@ mod tests {
                     Some("127.0.0.1:50474".parse().unwrap()),
                     Some("[::1]:8080".parse().unwrap()),
                     Some("255.255.255.255:65535".parse().unwrap()),
-                ][(i * 3 + j) % 4];
+                    Some("0.0.0.0:0".parse().unwrap()),
+                    Some("10.20.3.0:443".parse().unwrap()),
+                ][(i * 3 + j) % 6];
                 all.push(r);
             }
         }
@@ -374,6 +414,25 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn microseconds_are_written_as_their_milliseconds_double_is() {
+        let around = |c: u128| c.saturating_sub(3)..c + 3;
+        let edges = [
+            0,
+            1000,
+            1 << 53,
+            1_000_000_000_000_000,
+            u64::MAX as u128,
+            u128::MAX - 3,
+        ];
+        for micros in (0..5_000u128).chain(edges.into_iter().flat_map(around)) {
+            let (mut direct, mut through) = (String::new(), String::new());
+            write_ms(&mut direct, micros).unwrap();
+            write_f64(&mut through, micros as f64 / 1000.0).unwrap();
+            assert_eq!(direct, through, "{micros} µs");
+        }
     }
 
     #[test]
