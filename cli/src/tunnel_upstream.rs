@@ -42,6 +42,8 @@ pub const DEFAULT_CONNECTIONS: usize = 32;
 #[derive(Clone)]
 pub struct Upstream {
     authority: Authority,
+    /// `Host` for every request: the upstream's authority.
+    host: HeaderValue,
     pool: Arc<Pool>,
 }
 
@@ -52,7 +54,9 @@ impl Upstream {
         let uri: Uri = url.parse().ok()?;
         (uri.scheme() == Some(&Scheme::HTTP)).then_some(())?;
         let authority = uri.authority()?.clone();
+        let host = HeaderValue::from_str(authority.as_str()).ok()?;
         Some(Upstream {
+            host,
             pool: Arc::new(Pool {
                 authority: authority.clone(),
                 permits: Arc::new(Semaphore::new(connections.max(1))),
@@ -80,15 +84,12 @@ impl Upstream {
 async fn forward(State(up): State<Upstream>, req: Request) -> Response {
     let (mut parts, body) = req.into_parts();
     let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let (Ok(uri), Ok(host)) = (
-        target.parse::<Uri>(),
-        HeaderValue::from_str(up.authority.as_str()),
-    ) else {
+    let Ok(uri) = target.parse::<Uri>() else {
         return plain(StatusCode::BAD_REQUEST, "bad request target\n");
     };
     parts.uri = uri;
     strip_hop_by_hop(&mut parts.headers);
-    parts.headers.insert(header::HOST, host);
+    parts.headers.insert(header::HOST, up.host.clone());
     match up.pool.send(Request::from_parts(parts, body)).await {
         Ok((resp, lease)) => {
             let (mut parts, body) = resp.into_parts();
@@ -224,27 +225,61 @@ impl http_body::Body for Leased {
 }
 
 /// Drops the hop-by-hop headers, and those the `Connection` header names.
+/// Names in a `HeaderMap` are lowercase, and the standard ones compare as
+/// enums: one cheap pass for the common heads (none, or nginx's
+/// `Connection: keep-alive`), nothing allocated for them.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most requests have none (`Connection` is one): nothing to allocate.
-    if !headers.keys().any(|n| is_hop_by_hop_name(n.as_str())) {
-        return;
+    match listed_names(headers) {
+        None => {
+            while let Some(name) = headers.keys().find(|n| is_hop(n)).cloned() {
+                headers.remove(name);
+            }
+        }
+        Some(listed) => {
+            let hop: Vec<header::HeaderName> = headers
+                .keys()
+                .filter(|n| is_hop(n) || listed.iter().any(|l| l == n.as_str()))
+                .cloned()
+                .collect();
+            for name in hop {
+                headers.remove(name);
+            }
+        }
     }
-    let listed = |name: &str| {
-        headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|token| token.trim().eq_ignore_ascii_case(name))
-    };
-    let hop: Vec<header::HeaderName> = headers
-        .keys()
-        .filter(|n| is_hop_by_hop_name(n.as_str()) || listed(n.as_str()))
-        .cloned()
-        .collect();
-    for name in hop {
-        headers.remove(name);
+}
+
+/// A hop-by-hop header: `is_hop_by_hop_name`'s set, for a lowercase name.
+fn is_hop(name: &header::HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == header::TE
+        || name == header::TRAILER
+        || name == header::PROXY_AUTHENTICATE
+        || name == header::PROXY_AUTHORIZATION
+        || name.as_str() == "keep-alive"
+        || name.as_str().starts_with("proxy-")
+}
+
+/// The names the `Connection` headers list besides hop-by-hop ones (and
+/// `close`), lowercase; `None` when there are none.
+fn listed_names(headers: &HeaderMap) -> Option<Vec<String>> {
+    let mut listed: Option<Vec<String>> = None;
+    let tokens = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim);
+    for token in tokens {
+        if token.is_empty() || token.eq_ignore_ascii_case("close") || is_hop_by_hop_name(token) {
+            continue;
+        }
+        listed
+            .get_or_insert_with(Vec::new)
+            .push(token.to_ascii_lowercase());
     }
+    listed
 }
 
 #[cfg(test)]
@@ -308,5 +343,51 @@ mod tests {
                 "x-kept: \"listed-nowhere\""
             ]
         );
+    }
+
+    #[test]
+    fn nginxs_keep_alive_and_a_close_go_alone() {
+        for connection in ["keep-alive", "close", "Keep-Alive, close", "upgrade"] {
+            let mut m = map(&[
+                ("server", "nginx"),
+                ("connection", connection),
+                ("keep-alive", "timeout=60"),
+                ("proxy-connection", "x"),
+                ("content-length", "2"),
+                ("etag", "x"),
+            ]);
+            strip_hop_by_hop(&mut m);
+            assert_eq!(
+                names(&m),
+                ["content-length: \"2\"", "etag: \"x\"", "server: \"nginx\""],
+                "Connection: {connection}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_hop_by_hop_test_is_the_cores_for_every_name() {
+        for name in [
+            "connection",
+            "keep-alive",
+            "transfer-encoding",
+            "upgrade",
+            "te",
+            "trailer",
+            "proxy-authenticate",
+            "proxy-authorization",
+            "proxy-x",
+            "proxy-",
+            "host",
+            "content-type",
+            "x-connection",
+            "tee",
+            "keep-alive2",
+            "prox",
+            "trailers",
+        ] {
+            let n = header::HeaderName::from_bytes(name.as_bytes()).unwrap();
+            assert_eq!(is_hop(&n), is_hop_by_hop_name(name), "{name}");
+        }
     }
 }
