@@ -1,7 +1,8 @@
 //! The fast path of control-frame decoding (issue 28): a scanner for the
 //! plain JSON objects peers actually send (known fields, each at most once,
 //! strings without escapes, unsigned integers, headers as `[name, value]`
-//! string pairs). Strings are borrowed from the message and the headers
+//! string pairs, whose strings may hold the escapes `\"`, `\\` and `\/`: an
+//! ETag is quoted). Strings are borrowed from the message and the headers
 //! written straight into their one buffer; no `serde` machinery runs.
 //!
 //! Anything else — an escape, an unknown or repeated field, a `null`, a
@@ -102,6 +103,43 @@ impl<'a> Scanner<'a> {
         Some(&self.text[start..end])
     }
 
+    /// A string whose only escapes are `\"`, `\\` and `\/` (a quoted
+    /// ETag, a file name in quotes), borrowed when it has none; a raw
+    /// control character or another escape gives up.
+    fn string_cow(&mut self) -> Option<Cow<'a, str>> {
+        self.eat(b'"')?;
+        let mut start = self.at;
+        let mut end = start + string_end(&self.b[start..])?;
+        if self.b[end] == b'"' {
+            self.at = end + 1;
+            return Some(Cow::Borrowed(&self.text[start..end]));
+        }
+        let mut out = String::new();
+        loop {
+            // `end` and `start` are at ASCII bytes: char boundaries.
+            match self.b[end] {
+                b'"' => {
+                    out.push_str(&self.text[start..end]);
+                    self.at = end + 1;
+                    return Some(Cow::Owned(out));
+                }
+                b'\\' => {
+                    let c = match self.b.get(end + 1)? {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        _ => return None,
+                    };
+                    out.push_str(&self.text[start..end]);
+                    out.push(c);
+                    start = end + 2;
+                }
+                _ => return None,
+            }
+            end = start + string_end(self.b.get(start..)?)?;
+        }
+    }
+
     /// An unsigned JSON integer (no sign, fraction or exponent) that fits a u64.
     fn uint(&mut self) -> Option<u64> {
         let start = self.at;
@@ -139,20 +177,20 @@ impl<'a> Scanner<'a> {
         loop {
             self.eat(b'[')?;
             self.ws();
-            let name = self.string()?;
+            let name = self.string_cow()?;
             self.ws();
             self.eat(b',')?;
             self.ws();
-            let value = self.string()?;
+            let value = self.string_cow()?;
             self.ws();
             self.eat(b']')?;
             count += 1;
-            bytes += header_line_len(name, value);
+            bytes += header_line_len(&name, &value);
             if limits.is_some_and(|l| l.header_fits(count, bytes).is_some()) {
                 return None;
             }
             if invalid.is_none() {
-                invalid = h.try_push(name, value).err();
+                invalid = h.try_push(&*name, &*value).err();
             }
             self.ws();
             match self.next()? {
@@ -311,6 +349,39 @@ mod tests {
                     .collect();
                 assert_eq!(string_end(&b), plain(&b), "{b:?}");
             }
+        }
+    }
+
+    #[test]
+    fn quoted_header_strings_are_scanned_and_other_escapes_left_to_the_reference() {
+        let text = r#"{"type":"response","id":3,"status":200,"headers":[["etag","\"66f-2\""],["x-path","a\/b\\c"],["content-type","text/plain"]]}"#;
+        let Some(RawFrame {
+            headers: Some(LHeaders::Ok(h)),
+            ..
+        }) = scan(text, None)
+        else {
+            panic!("scanned")
+        };
+        assert_eq!(
+            h.iter().collect::<Vec<_>>(),
+            [
+                ("etag", "\"66f-2\""),
+                ("x-path", "a/b\\c"),
+                ("content-type", "text/plain")
+            ]
+        );
+        assert_eq!(
+            crate::frame::decode_text(text),
+            crate::frame::decode_text_reference(text, None)
+        );
+        for other in [
+            r#"{"type":"response","id":3,"status":200,"headers":[["x","a\nb"]]}"#,
+            r#"{"type":"response","id":3,"status":200,"headers":[["x","\u0041"]]}"#,
+            r#"{"type":"response","id":3,"status":200,"headers":[["x","a\"]]}"#,
+            r#"{"type":"response","id":3,"status":200,"headers":[["x","a\"#,
+            r#"{"type":"response","id":3,"status":200,"headers":[["\u0078","a"]]}"#,
+        ] {
+            assert!(scan(other, None).is_none(), "{other}");
         }
     }
 
