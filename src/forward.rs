@@ -161,14 +161,30 @@ pub fn request_head_from_parts(
         .filter(|t| t.starts_with('/'))
         .ok_or(HttpError::NoPath)?;
     let route = map.map(target)?;
-    let headers = if parts.headers.contains_key(::http::header::CONNECTION) {
-        // It may name more hop-by-hop headers: as `Headers` judges them.
+    let headers = if connection_names_more(&parts.headers) {
+        // It names more hop-by-hop headers: as `Headers` judges them.
         headers_from_map(&parts.headers)?
     } else {
         headers_from_map_keeping(&parts.headers, |n| !is_hop_by_hop_name(n.as_str()))?
     };
     let head = route.into_request_head(parts.method.as_str(), headers)?;
     Ok((route.worker, head))
+}
+
+/// Whether a `Connection` header lists a name that is not hop-by-hop by
+/// itself (`keep-alive`, the usual one, is): only then does the list drop
+/// more than [`is_hop_by_hop_name`] does. A value that is not visible ASCII
+/// counts as naming more (the list judges it).
+fn connection_names_more(map: &HeaderMap) -> bool {
+    map.get_all(::http::header::CONNECTION)
+        .iter()
+        .any(|v| match v.to_str() {
+            Ok(v) => v
+                .split(',')
+                .map(str::trim)
+                .any(|t| !t.is_empty() && !is_hop_by_hop_name(t)),
+            Err(_) => true,
+        })
 }
 
 /// Relay: an HTTP response builder for the worker's `response` head: its
@@ -359,6 +375,40 @@ mod tests {
         let (_, head) = request_head_from_parts(&p, &UrlMap::default()).unwrap();
         let pairs: Vec<(&str, &str)> = head.headers().iter().collect();
         assert_eq!(pairs, [("x-a", "1"), ("x-latin", "caf\u{e9}")]);
+    }
+
+    /// With `Connection`, the head holds what the whole list minus its
+    /// hop-by-hop headers holds, whether `Connection` names more (the list
+    /// judges) or only hop-by-hop names (dropped as the map is read).
+    #[test]
+    fn request_parts_with_connection_drop_what_the_list_drops() {
+        let connections: [&[&[u8]]; 9] = [
+            &[b"keep-alive"],
+            &[b"Keep-Alive, Upgrade"],
+            &[b" , te ,"],
+            &[b"close"],
+            &[b"x-a"],
+            &[b"keep-alive", b"X-A"],
+            &[b"keep-alive, x-b"],
+            &[b"caf\xe9"],
+            &[b""],
+        ];
+        for values in connections {
+            let mut headers: Vec<(&str, &[u8])> = vec![
+                ("x-a", b"1"),
+                ("close", b"c"),
+                ("te", b"trailers"),
+                ("keep-alive", b"timeout=5"),
+                ("x-b", b"2"),
+                ("caf", b"3"),
+                ("upgrade", b"h2c"),
+            ];
+            headers.extend(values.iter().map(|v| ("connection", *v)));
+            let p = parts("GET", "/w/abc/x", &headers);
+            let (_, head) = request_head_from_parts(&p, &UrlMap::default()).unwrap();
+            let expected = headers_from_map(&p.headers).unwrap().without_hop_by_hop();
+            assert_eq!(head.headers(), &expected, "Connection: {values:?}");
+        }
     }
 
     /// A response head with values enough to share one copy of the text,
