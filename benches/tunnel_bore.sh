@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # Issue 28: the tunnel (`worker --upstream`) against nginx alone and against
-# bore (a TCP tunnel from crates.io), side by side in one run.
+# bore (a TCP tunnel from crates.io), side by side in one run; issue 42 adds
+# nginx in the tunnel's own shape.
 #
 #   bash benches/tunnel_bore.sh
 #   TUNNEL_SECONDS=10 TUNNEL_ROUNDS=3 bash benches/tunnel_bore.sh
+#   TUNNEL_CONNS=64 bash benches/tunnel_bore.sh   # wrk's connections (16)
 #
 # nginx serves a 2-byte file and a 256 MiB file (sendfile on) on
-# 127.0.0.1. The same files are fetched three ways:
+# 127.0.0.1. The same files are fetched five ways (six with rathole):
 #   nginx   directly;
 #   tunnel  through the relay example and the worker example in tunnel
 #           mode in front of that nginx (/w/abc/<file>), release builds;
-#   bore    through `bore server` + `bore local` (both on 127.0.0.1).
-# Small: wrk -t1 -c16 on the 2-byte file, each way in turn, TUNNEL_ROUNDS
+#   bore    through `bore server` + `bore local` (both on 127.0.0.1);
+#   proxy   through one nginx `proxy_pass` (kept-alive upstream connections,
+#           one worker process): a proxy with no tunnel behind it;
+#   chain   through two such nginx processes, one proxying to the other:
+#           the tunnel's shape (two processes between the caller and the
+#           server, each parsing HTTP) done by nginx;
+#   rathole with TUNNEL_RATHOLE=1: another TCP tunnel (see below).
+# Small: wrk -t1 -c16 (TUNNEL_CONNS) on the 2-byte file, each way in turn, TUNNEL_ROUNDS
 # times, on kept-alive connections and then with a new connection per
 # request (`Connection: close`: bore opens a tunnel connection per caller
 # connection, the relay does not). Bulk: curl of the 256 MiB file, each way in turn, TUNNEL_ROUNDS
@@ -23,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${TUNNEL_SECONDS:-5}"
 rounds="${TUNNEL_ROUNDS:-2}"
-conns=16
+conns="${TUNNEL_CONNS:-16}"
 big_mib=256
 
 . benches/lib.sh
@@ -42,6 +50,9 @@ pids=() nginx_pid=""
 cleanup() {
     exec 2>/dev/null
     [ -z "$nginx_pid" ] || kill -TERM "$nginx_pid" || true
+    # TERM first: the nginx proxies' workers go with their masters.
+    for p in "${pids[@]}"; do kill -TERM "$p" || true; done
+    sleep 0.2
     for p in "${pids[@]}"; do kill -KILL "$p" || true; done
     wait || true
     rm -rf "$dir"
@@ -79,6 +90,46 @@ EOF
 nginx_pid=$!
 wait_port "$np"
 
+# An nginx proxy_pass to 127.0.0.1:$2 listening on $1 (one worker process,
+# kept-alive upstream connections, up to 256 idle, nothing spilled to disk);
+# its pid in
+# proxy_pid.
+nginx_proxy() {
+    cat > "$dir/proxy-$1.conf" <<EOF
+daemon off;
+worker_processes 1;
+pid $dir/proxy-$1.pid;
+error_log $dir/proxy-$1.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $dir/client_body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    keepalive_requests 1000000;
+    upstream up { server 127.0.0.1:$2; keepalive 256; }
+    server {
+        listen 127.0.0.1:$1;
+        location / {
+            proxy_pass http://up;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_max_temp_file_size 0;
+        }
+    }
+}
+EOF
+    "$nginx_bin" -c "$dir/proxy-$1.conf" -p "$dir" &
+    proxy_pid=$!
+    wait_port "$1"
+}
+pp="$(port)" cp1="$(port)" cp2="$(port)"
+nginx_proxy "$pp" "$np"; proxy_master=$proxy_pid; pids+=("$proxy_pid")
+nginx_proxy "$cp2" "$np"; chain_inner=$proxy_pid; pids+=("$proxy_pid")
+nginx_proxy "$cp1" "$cp2"; chain_outer=$proxy_pid; pids+=("$proxy_pid")
+
 worker_token="wt-$(secret)" connect_token="ct-$(secret)"
 (umask 077; echo "abc $connect_token" > "$dir/tokens.txt"
  printf 'Authorization: Bearer %s\n' "$worker_token" > "$dir/auth.header")
@@ -101,21 +152,55 @@ wait_port 7835
 bore_local_pid=$!; pids+=($!)
 wait_port "$bp"
 
+# TUNNEL_RATHOLE=1: rathole too, another TCP tunnel from crates.io (a pool
+# of data connections, no encryption, as bore), installed into
+# target/rathole. Its lockfile pins a `time` that today's rustc no longer
+# compiles, so it is resolved anew (not --locked).
+rathole=target/rathole/bin/rathole
+if [ -n "${TUNNEL_RATHOLE:-}" ]; then
+    [ -x "$rathole" ] || cargo install --root target/rathole rathole --version 0.5.0 \
+        --no-default-features --features server,client
+    rhc="$(port)" rhp="$(port)" rathole_token="$(secret)"
+    (umask 077
+     printf '[server]\nbind_addr = "127.0.0.1:%s"\ndefault_token = "%s"\n[server.services.n]\nbind_addr = "127.0.0.1:%s"\n' \
+         "$rhc" "$rathole_token" "$rhp" > "$dir/rathole-server.toml"
+     printf '[client]\nremote_addr = "127.0.0.1:%s"\ndefault_token = "%s"\n[client.services.n]\nlocal_addr = "127.0.0.1:%s"\n' \
+         "$rhc" "$rathole_token" "$np" > "$dir/rathole-client.toml")
+    "$rathole" -s "$dir/rathole-server.toml" > "$dir/rathole-server.log" 2>&1 &
+    rathole_server_pid=$!; pids+=($!)
+    wait_port "$rhc"
+    "$rathole" -c "$dir/rathole-client.toml" > "$dir/rathole-client.log" 2>&1 &
+    rathole_client_pid=$!; pids+=($!)
+    wait_port "$rhp"
+fi
+
 # CPU seconds (user + system) the processes of a way have used so far:
 # nginx's workers in every way, the tunnel's or bore's two processes.
 cpu() { for p in "$@"; do awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f\n", ($14 + $15) / hz }' "/proc/$p/stat"; done | awk '{ s += $1 } END { printf "%.3f", s }'; }
-nginx_workers="$(pgrep -P "$nginx_pid" | tr '\n' ' ')"
+workers() { pgrep -P "$1" | tr '\n' ' '; }
+nginx_workers="$(workers "$nginx_pid")"
 declare -A procs=(
     [nginx]=""
     [tunnel]="$relay_pid $worker_pid"
     [bore]="$bore_server_pid $bore_local_pid"
+    [proxy]="$(workers "$proxy_master")"
+    [chain]="$(workers "$chain_outer") $(workers "$chain_inner")"
 )
 declare -A url=(
     [nginx]="http://127.0.0.1:$np"
     [tunnel]="http://127.0.0.1:$rp/w/abc"
     [bore]="http://127.0.0.1:$bp"
+    [proxy]="http://127.0.0.1:$pp"
+    [chain]="http://127.0.0.1:$cp1"
 )
-ways=(nginx tunnel bore)
+ways=(nginx tunnel bore proxy chain)
+if [ -n "${TUNNEL_RATHOLE:-}" ]; then
+    procs[rathole]="$rathole_server_pid $rathole_client_pid"
+    url[rathole]="http://127.0.0.1:$rhp"
+    ways+=(rathole)
+    # Its client opens the data connections when the control one is up.
+    for _ in $(seq 100); do curl -sf -o /dev/null "${url[rathole]}/small" && break; sleep 0.1; done
+fi
 # Every way answers the small file before anything is measured.
 for w in "${ways[@]}"; do
     got="$(curl -sf -H @"$dir/auth.header" "${url[$w]}/small")" \
@@ -168,11 +253,15 @@ for w in "${ways[@]}"; do
     printf '| %s |%s | %.0f |%s |%s | %.0f |%s | %.0f |\n' "$w" "${small[$w]}" "${ms[$w]}" "${small_cpu[$w]}" \
         "${fresh[$w]}" "${mf[$w]}" "${bulk[$w]}" "${mb[$w]}"
 done
-awk -v ts="${ms[tunnel]}" -v ns="${ms[nginx]}" -v bs="${ms[bore]}" \
+awk -v ts="${ms[tunnel]}" -v ns="${ms[nginx]}" -v bs="${ms[bore]}" -v ps="${ms[proxy]}" -v cs="${ms[chain]}" \
     -v tb="${mb[tunnel]}" -v nb="${mb[nginx]}" -v bb="${mb[bore]}" \
     -v tf="${mf[tunnel]}" -v nf="${mf[nginx]}" -v bf="${mf[bore]}" 'BEGIN {
-    printf "\ntunnel / nginx: small %.2fx (goal >= 0.4), 256 MiB %.2fx (goal >= 0.4)\n", ts / ns, tb / nb
-    printf "tunnel / bore:  small %.2fx (goal >= 3), 256 MiB %.2fx (goal >= 1.3)\n", ts / bs, tb / bb
+    printf "\ntunnel / nginx: small %.2fx, 256 MiB %.2fx\n", ts / ns, tb / nb
+    printf "tunnel / bore:  small %.2fx (issue 42: >= 1.5), 256 MiB %.2fx (issue 42: >= 1.3)\n", ts / bs, tb / bb
     printf "bore / nginx:   small %.2fx, 256 MiB %.2fx\n", bs / ns, bb / nb
+    printf "nginx in the tunnel shape, small: chain / bore %.2fx, proxy / bore %.2fx; tunnel / chain %.2fx, tunnel / proxy %.2fx\n", cs / bs, ps / bs, ts / cs, ts / ps
     printf "a connection per request: tunnel / nginx %.2fx, tunnel / bore %.2fx\n", tf / nf, tf / bf
+}'
+[ -z "${TUNNEL_RATHOLE:-}" ] || awk -v ts="${ms[tunnel]}" -v bs="${ms[bore]}" -v rs="${ms[rathole]}" 'BEGIN {
+    printf "rathole, small: rathole / bore %.2fx, tunnel / rathole %.2fx\n", rs / bs, ts / rs
 }'
