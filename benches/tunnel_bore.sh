@@ -92,8 +92,7 @@ wait_port "$np"
 
 # An nginx proxy_pass to 127.0.0.1:$2 listening on $1 (one worker process,
 # kept-alive upstream connections, up to 256 idle, nothing spilled to disk);
-# its pid in
-# proxy_pid.
+# its pid in proxy_pid.
 nginx_proxy() {
     cat > "$dir/proxy-$1.conf" <<EOF
 daemon off;
