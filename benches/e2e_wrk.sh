@@ -86,19 +86,7 @@ grep -q "worker abc connected" "$dir/quiet-relay.log" || { cat "$dir"/*.log >&2;
 # nginx: one worker process, HTTP/1.1 with kept-alive connections to the
 # app (as a proxy in front of an app is set up), no access log.
 nginx_port="$(port)" logging_port="$(port)"
-cat > "$dir/nginx.conf" <<NGINX
-daemon off;
-worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/nginx-error.log;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $dir/client_body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
+{ nginx_conf_head "$dir" nginx; cat <<NGINX
     upstream app {
         server 127.0.0.1:$direct_port;
         keepalive 32;
@@ -122,6 +110,7 @@ http {
     }
 }
 NGINX
+} > "$dir/nginx.conf"
 "$nginx_bin" -c "$dir/nginx.conf" -p "$dir" 2> "$dir/nginx.log" &
 nginx_pid=$!
 wait_port "$nginx_port"

@@ -27,3 +27,22 @@ need() {  # need COMMAND PACKAGE...
         || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
              apt-get install -y -qq --no-install-recommends "${@:2}"; }
 }
+# The head of a one-process nginx configuration in directory $1: pid file
+# and error log named after $2, temporary files in $1, no access log, up to
+# and inside its `http {`; the caller writes the rest and the closing brace.
+nginx_conf_head() {  # nginx_conf_head DIR NAME
+    cat <<NGINX
+daemon off;
+worker_processes 1;
+pid $1/$2.pid;
+error_log $1/$2-error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $1/client_body;
+    proxy_temp_path $1/proxy;
+    fastcgi_temp_path $1/fastcgi;
+    uwsgi_temp_path $1/uwsgi;
+    scgi_temp_path $1/scgi;
+NGINX
+}

@@ -64,19 +64,7 @@ printf ok > "$dir/www/small"
 head -c "$((big_mib << 20))" /dev/urandom > "$dir/www/big"
 chmod -R a+rX "$dir/www"
 np="$(port)" rp="$(port)" bp="$(port)"
-cat > "$dir/nginx.conf" <<EOF
-daemon off;
-worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $dir/client_body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
+{ nginx_conf_head "$dir" nginx; cat <<EOF
     sendfile on;
     tcp_nopush on;
     keepalive_requests 1000000;
@@ -86,6 +74,7 @@ http {
     }
 }
 EOF
+} > "$dir/nginx.conf"
 "$nginx_bin" -c "$dir/nginx.conf" -p "$dir" &
 nginx_pid=$!
 wait_port "$np"
@@ -94,19 +83,7 @@ wait_port "$np"
 # kept-alive upstream connections, up to 256 idle, nothing spilled to disk);
 # its pid in proxy_pid.
 nginx_proxy() {
-    cat > "$dir/proxy-$1.conf" <<EOF
-daemon off;
-worker_processes 1;
-pid $dir/proxy-$1.pid;
-error_log $dir/proxy-$1.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $dir/client_body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
+    { nginx_conf_head "$dir" "proxy-$1"; cat <<EOF
     keepalive_requests 1000000;
     upstream up { server 127.0.0.1:$2; keepalive 256; }
     server {
@@ -120,6 +97,7 @@ http {
     }
 }
 EOF
+    } > "$dir/proxy-$1.conf"
     "$nginx_bin" -c "$dir/proxy-$1.conf" -p "$dir" &
     proxy_pid=$!
     wait_port "$1"
