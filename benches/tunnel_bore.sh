@@ -152,7 +152,8 @@ if [ -n "${TUNNEL_RATHOLE:-}" ]; then
 fi
 
 # CPU seconds (user + system) the processes of a way have used so far:
-# nginx's workers in every way, the tunnel's or bore's two processes.
+# nginx's workers in every way, and the way's own: the tunnel's, bore's or
+# rathole's two processes, the proxies' nginx workers.
 cpu() { for p in "$@"; do awk -v hz="$(getconf CLK_TCK)" '{ printf "%.3f\n", ($14 + $15) / hz }' "/proc/$p/stat"; done | awk '{ s += $1 } END { printf "%.3f", s }'; }
 workers() { pgrep -P "$1" | tr '\n' ' '; }
 nginx_workers="$(workers "$nginx_pid")"
@@ -176,7 +177,7 @@ if [ -n "${TUNNEL_RATHOLE:-}" ]; then
     url[rathole]="http://127.0.0.1:$rhp"
     ways+=(rathole)
     # Its client opens the data connections when the control one is up.
-    for _ in $(seq 100); do curl -sf -o /dev/null "${url[rathole]}/small" && break; sleep 0.1; done
+    for _ in $(seq 100); do curl -sf -m 1 -o /dev/null "${url[rathole]}/small" && break; sleep 0.1; done
 fi
 # Every way answers the small file before anything is measured.
 for w in "${ways[@]}"; do
